@@ -1,0 +1,145 @@
+"""Shared logic for the maintenance scripts in ``tools/``.
+
+The repository URL and branch are set once, in ``_config.yml``
+(``repository.url`` and ``repository.branch``). Notebooks carry two copies that
+must follow it: the "Open in Colab" badge and the Colab setup cell's
+``%pip install`` line. ``sync_repo_url.py`` rewrites them; the tests check them.
+
+Exercise notebooks are generated from ``solutions/`` by removing what lies
+between solution markers:
+
+* code cells: lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
+  are replaced by the block's ``### STUB: ...`` lines (without the prefix),
+  or by ``____  # your code here`` when the block declares none;
+* markdown cells: text between ``<!-- BEGIN SOLUTION -->`` and
+  ``<!-- END SOLUTION -->`` is replaced by the block's ``<!-- STUB: ... -->``
+  text, or by *Write your answer here.*;
+* the word "Solutions" in the first heading becomes "Exercises".
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIRS = ("episodes", "exercises", "solutions")
+
+BADGE_RE = re.compile(
+    r"\[!\[Open In Colab\]\(https://colab\.research\.google\.com/assets/colab-badge\.svg\)\]"
+    r"\(https://colab\.research\.google\.com/github/(?P<repo>[^/]+/[^/]+)/blob/(?P<branch>[^/]+)/(?P<path>[^)]+)\)"
+)
+PIP_RE = re.compile(r"git\+https://github\.com/(?P<repo>[^/@\s\"']+/[^/@\s\"']+?)(?:\.git)?@(?P<branch>[^\s\"'#]+)")
+
+CODE_BEGIN, CODE_END, CODE_STUB = "### BEGIN SOLUTION", "### END SOLUTION", "### STUB:"
+MD_BEGIN, MD_END = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"
+MD_STUB_RE = re.compile(r"<!--\s*STUB:\s*(.*?)\s*-->", re.S)
+
+
+def repository(config_path: Path = ROOT / "_config.yml") -> tuple[str, str]:
+    """``("owner/name", "branch")`` from ``_config.yml``."""
+    config = yaml.safe_load(config_path.read_text())
+    url = config["repository"]["url"].rstrip("/")
+    match = re.fullmatch(r"https://github\.com/([^/]+/[^/]+?)(?:\.git)?", url)
+    if not match:
+        raise ValueError(f"repository.url in {config_path} must look like https://github.com/OWNER/NAME, got {url!r}")
+    return match.group(1), config["repository"].get("branch", "main")
+
+
+def badge(repo: str, branch: str, path: str) -> str:
+    """Markdown for an "Open in Colab" badge of the notebook at ``path``."""
+    return (
+        "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        f"(https://colab.research.google.com/github/{repo}/blob/{branch}/{path})"
+    )
+
+
+def pip_spec(repo: str, branch: str) -> str:
+    return f"git+https://github.com/{repo}@{branch}"
+
+
+def notebooks(root: Path = ROOT) -> list[Path]:
+    return sorted(p for d in NOTEBOOK_DIRS for p in (root / d).glob("*.ipynb"))
+
+
+def sync_notebook(nb, rel_path: str, repo: str, branch: str) -> bool:
+    """Point badges and setup-cell installs of ``nb`` at ``repo``/``branch``. True if changed."""
+    changed = False
+    for cell in nb.cells:
+        src = cell.source
+        if cell.cell_type == "markdown":
+            src = BADGE_RE.sub(lambda m: badge(repo, branch, rel_path), src)
+        elif cell.cell_type == "code":
+            src = PIP_RE.sub(lambda m: pip_spec(repo, branch), src)
+        if src != cell.source:
+            cell.source = src
+            changed = True
+    return changed
+
+
+def _strip_code(source: str, where: str) -> str:
+    out, block, stubs = [], None, []
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped == CODE_BEGIN:
+            if block is not None:
+                raise ValueError(f"{where}: nested {CODE_BEGIN}")
+            block, stubs = line[: len(line) - len(line.lstrip())], []
+        elif stripped == CODE_END:
+            if block is None:
+                raise ValueError(f"{where}: {CODE_END} without {CODE_BEGIN}")
+            out.extend(stubs or [block + "____  # your code here"])
+            block = None
+        elif block is not None:
+            if stripped.startswith(CODE_STUB):
+                indent = line[: len(line) - len(line.lstrip())]
+                stubs.append(indent + stripped[len(CODE_STUB):].lstrip())
+        else:
+            out.append(line)
+    if block is not None:
+        raise ValueError(f"{where}: {CODE_BEGIN} without {CODE_END}")
+    return "\n".join(out)
+
+
+def _strip_markdown(source: str, where: str) -> str:
+    pattern = re.compile(re.escape(MD_BEGIN) + r"(.*?)" + re.escape(MD_END), re.S)
+    if source.count(MD_BEGIN) != source.count(MD_END):
+        raise ValueError(f"{where}: unbalanced solution markers")
+
+    def repl(match):
+        stubs = MD_STUB_RE.findall(match.group(1))
+        return "\n".join(stubs) if stubs else "*Write your answer here.*"
+
+    return pattern.sub(repl, source)
+
+
+def has_solution_markers(nb) -> bool:
+    return any(CODE_BEGIN in c.source or MD_BEGIN in c.source for c in nb.cells)
+
+
+def make_exercise(solution_nb, exercise_rel_path: str, repo: str, branch: str):
+    """The exercise notebook generated from a solution notebook."""
+    nb = copy.deepcopy(solution_nb)
+    for i, cell in enumerate(nb.cells):
+        where = f"{exercise_rel_path} cell {i}"
+        if cell.cell_type == "code":
+            cell.source = _strip_code(cell.source, where)
+            cell.outputs, cell.execution_count = [], None
+        elif cell.cell_type == "markdown":
+            cell.source = _strip_markdown(cell.source, where)
+            if i == 0:
+                cell.source = re.sub(r"^(#.*?)\bSolutions\b", r"\1Exercises", cell.source, count=1, flags=re.M)
+    sync_notebook(nb, exercise_rel_path, repo, branch)
+    return nb
+
+
+def read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def dumps(nb) -> str:
+    return nbformat.writes(nb) + "\n"
