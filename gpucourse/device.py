@@ -91,8 +91,9 @@ def tensorflow_report() -> FrameworkReport:
     """
     if not _installed("tensorflow"):
         return FrameworkReport("TensorFlow", None, installed=False, note="tensorflow is not installed")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
+    from .frameworks import import_tensorflow
+
+    tf = import_tensorflow()
 
     rep = FrameworkReport("TensorFlow", tf.__version__, installed=True)
     build = tf.sysconfig.get_build_info()

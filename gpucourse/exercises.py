@@ -112,13 +112,12 @@ class Exercise:
                              "Look at the type and shape of what you passed to check().")
         return "correct", message or ""
 
-    def check(self, *answers) -> bool:
-        """Check the answer(s), print feedback, and return True if correct."""
+    def check(self, *answers) -> None:
+        """Check the answer(s) and print feedback (✓ correct, ✗ not yet, ○ not done)."""
         outcome, message = self.outcome(*answers)
         _log(self.name, outcome)
         symbol = {"correct": "✓ Correct", "wrong": "✗ Not yet", "not-done": "○ Not done"}[outcome]
         print(f"{symbol} ({self.name})" + (f": {message}" if message else ""))
-        return outcome == "correct"
 
     def hint(self) -> None:
         """Print a hint."""
@@ -130,6 +129,18 @@ class Exercise:
 
     def __repr__(self) -> str:
         return f"Exercise({self.name!r})"
+
+
+def require_answer(value, what: str):
+    """Return ``value``; raise ``NotDone`` if it is still the placeholder or None.
+
+    Use it on what a learner's function returned: ``require_answer(f(x), "f(x)")``.
+    """
+    if value is None:
+        raise NotDone(f"{what} returned None: did you forget `return`?")
+    if _contains_blank(value):
+        raise NotDone(f"{what} still returns ____: replace it with your code.")
+    return value
 
 
 def solution_link(notebook: str) -> str:
