@@ -1,0 +1,77 @@
+"""The exercise framework itself: outcomes, messages, logging."""
+import json
+
+from gpucourse.exercises import Exercise, NotDone, Wrong, ____, expect_close, require_answer
+
+
+def _checker(x):
+    if x != 42:
+        raise Wrong(f"got {x}, expected 42")
+    return "well done"
+
+
+EX = Exercise("demo.q1", _checker, hint="think of 6×7", solution="see solutions/demo")
+
+
+def test_outcomes():
+    assert EX.outcome(42) == ("correct", "well done")
+    assert EX.outcome(41) == ("wrong", "got 41, expected 42")
+    assert EX.outcome(____)[0] == "not-done"
+    assert EX.outcome([1, ____])[0] == "not-done"
+    assert EX.outcome()[0] == "not-done"
+
+
+def test_answer_that_breaks_checker_is_wrong_not_traceback():
+    ex = Exercise("demo.q2", lambda x: x.shape, hint="", solution="")
+    outcome, message = ex.outcome(3)
+    assert outcome == "wrong" and "AttributeError" in message
+
+
+def test_check_prints_and_logs(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv("GPUCOURSE_CHECK_LOG", str(log))
+    EX.check(42)
+    EX.check(____)
+    out = capsys.readouterr().out
+    assert "✓ Correct (demo.q1)" in out and "○ Not done (demo.q1)" in out
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["outcome"] for r in records] == ["correct", "not-done"]
+
+
+def test_hint_and_solution(capsys):
+    EX.hint()
+    EX.solution()
+    out = capsys.readouterr().out
+    assert "6×7" in out and "solutions/demo" in out
+
+
+def test_blank_placeholder_misuse_is_not_done():
+    for misuse in (lambda: ____(), lambda: ____.shape):
+        try:
+            misuse()
+        except NotDone:
+            pass
+        else:
+            raise AssertionError("using ____ must raise NotDone")
+
+
+def test_require_answer():
+    assert require_answer(3, "f()") == 3
+    for value in (None, ____):
+        try:
+            require_answer(value, "f()")
+        except NotDone as exc:
+            assert "f()" in str(exc)
+        else:
+            raise AssertionError
+
+
+def test_expect_close():
+    expect_close("x", 1.02, 1.0, rel=0.05)
+    for bad in (2.0, "abc"):
+        try:
+            expect_close("x", bad, 1.0)
+        except Wrong as exc:
+            assert "x" in str(exc)
+        else:
+            raise AssertionError

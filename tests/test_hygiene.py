@@ -1,0 +1,109 @@
+"""House rules for every notebook: outputs, badges, devices, anatomy, table of contents."""
+import re
+
+import pytest
+import yaml
+
+import coursetools
+from conftest import ROOT
+
+NOTEBOOKS = coursetools.notebooks()
+EPISODES = [p for p in NOTEBOOKS if p.parent.name == "episodes"]
+IDS = [p.relative_to(ROOT).as_posix() for p in NOTEBOOKS]
+REPO, BRANCH = coursetools.repository()
+HARD_CODED_DEVICE = re.compile(r"""(?<![\w.])['"](cuda(:\d+)?|/GPU:\d+)['"]""")
+CHOSEN_FROM_WHAT_EXISTS = re.compile(r"is_available\(\)|list_physical_devices|device_count\(\)|if tf_gpus|if gpus")
+
+
+def _nb(path):
+    return coursetools.read(path)
+
+
+def test_there_are_notebooks():
+    assert EPISODES, "no episodes found"
+    for ep in EPISODES:
+        for kind in ("solutions", "exercises"):
+            assert (ROOT / kind / ep.name).exists(), f"{kind}/{ep.name} is missing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_no_outputs_unless_tagged(path):
+    for i, cell in enumerate(_nb(path).cells):
+        if cell.cell_type != "code":
+            continue
+        tags = cell.metadata.get("tags", [])
+        if "nbval-check-output" not in tags:
+            assert not cell.outputs, f"cell {i} has stored outputs; clear them or tag the cell nbval-check-output"
+            assert cell.execution_count is None, f"cell {i} has an execution count; clear outputs"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_colab_badge_matches_path_and_config(path):
+    first = _nb(path).cells[0].source
+    rel = path.relative_to(ROOT).as_posix()
+    assert coursetools.badge(REPO, BRANCH, rel) in first, (
+        f"the first cell needs the Colab badge for {rel} on {REPO}@{BRANCH}; run `make sync`")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_setup_cell_installs_only_the_course_package(path):
+    setup = [c for c in _nb(path).cells if "colab-setup" in c.metadata.get("tags", [])]
+    assert len(setup) == 1, "exactly one cell tagged colab-setup"
+    src = setup[0].source
+    assert '"google.colab" in sys.modules' in src
+    assert f'"gpucourse @ {coursetools.pip_spec(REPO, BRANCH)}"' in src
+    assert not re.search(r"^\s*[%!]pip install[^\n]*\b(torch|tensorflow|keras)\b", src, re.M), "never reinstall frameworks in Colab"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_no_hard_coded_device(path):
+    for i, cell in enumerate(_nb(path).cells):
+        if cell.cell_type != "code":
+            continue
+        for line in cell.source.splitlines():
+            if HARD_CODED_DEVICE.search(line.split("#")[0]):
+                assert CHOSEN_FROM_WHAT_EXISTS.search(cell.source), (
+                    f"cell {i} names a GPU device ({line.strip()!r}) without choosing it from what exists")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_kernel_and_tf_logging(path):
+    nb = _nb(path)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    sources = [c.source for c in nb.cells if c.cell_type == "code"]
+    for i, src in enumerate(sources):
+        if re.search(r"^\s*import tensorflow|^\s*from tensorflow", src, re.M):
+            before = "\n".join(sources[: i + 1])
+            assert "TF_CPP_MIN_LOG_LEVEL" in before, "quiet TensorFlow's logs before importing it"
+
+
+@pytest.mark.parametrize("path", EPISODES, ids=[p.name for p in EPISODES])
+def test_episode_anatomy(path):
+    nb = _nb(path)
+    md = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    text = "\n".join(md)
+    number = int(path.name[:2])
+    assert re.match(rf"# {number}\. \S", md[0]), f"first cell must start with '# {number}. Title'"
+    assert re.search(r"\*\*Teaching:\*\* \d+ min · \*\*Exercises:\*\* \d+ min", md[0])
+    order = [text.find(h) for h in ("## Questions", "## Objectives", "## Key points")]
+    assert -1 not in order and order == sorted(order), "need Questions, Objectives … Key points, in that order"
+    assert "## Key points" in md[-1], "Key points must be the last cell"
+    assert re.search(r"settings\.run_mode\(", "\n".join(c.source for c in nb.cells if c.cell_type == "code")), (
+        "pick the run mode visibly with settings.run_mode(...)")
+
+
+def _toc_files():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [ch["file"] for ch in part.get("chapters", [])]
+    return files
+
+
+def test_every_notebook_and_page_is_in_the_toc():
+    files = _toc_files()
+    for path in NOTEBOOKS:
+        assert path.relative_to(ROOT).with_suffix("").as_posix() in files, f"{path.name} missing from _toc.yml"
+    for entry in files:
+        assert any((ROOT / f"{entry}{ext}").exists() for ext in (".md", ".ipynb")), f"_toc.yml names missing {entry}"
+    assert len(files) == len(set(files)), "a file is listed twice in _toc.yml"

@@ -1,0 +1,73 @@
+"""The exercise generator and the repository-URL sync."""
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+import coursetools
+from conftest import ROOT
+
+
+def _nb(*cells):
+    return nbformat.v4.new_notebook(cells=list(cells))
+
+
+def test_code_block_becomes_stub():
+    src = "x = 1\n### BEGIN SOLUTION\n### STUB: y = ____  # your answer\ny = x + 1\n### END SOLUTION\nq.check(y)"
+    nb = coursetools.make_exercise(_nb(nbformat.v4.new_code_cell(src)), "exercises/01-x.ipynb", "o/r", "main")
+    assert nb.cells[0].source == "x = 1\ny = ____  # your answer\nq.check(y)"
+
+
+def test_indented_block_and_default_stub():
+    src = "def f():\n    ### BEGIN SOLUTION\n    return 3\n    ### END SOLUTION"
+    nb = coursetools.make_exercise(_nb(nbformat.v4.new_code_cell(src)), "exercises/01-x.ipynb", "o/r", "main")
+    assert nb.cells[0].source == "def f():\n    ____  # your code here"
+
+
+def test_markdown_answer_hidden_and_title_renamed():
+    title = nbformat.v4.new_markdown_cell("# 1. Topic — Solutions\n\n" + coursetools.badge("o/r", "main", "solutions/01-x.ipynb"))
+    answer = nbformat.v4.new_markdown_cell("Why?\n<!-- BEGIN SOLUTION -->Because.<!-- END SOLUTION -->")
+    nb = coursetools.make_exercise(_nb(title, answer), "exercises/01-x.ipynb", "o/r", "main")
+    assert nb.cells[0].source.startswith("# 1. Topic — Exercises")
+    assert "blob/main/exercises/01-x.ipynb" in nb.cells[0].source
+    assert nb.cells[1].source == "Why?\n*Write your answer here.*"
+
+
+@pytest.mark.parametrize("src", ["### BEGIN SOLUTION\nx = 1", "x = 1\n### END SOLUTION"])
+def test_unbalanced_markers_fail_loudly(src):
+    with pytest.raises(ValueError, match="cell 0"):
+        coursetools.make_exercise(_nb(nbformat.v4.new_code_cell(src)), "exercises/01-x.ipynb", "o/r", "main")
+
+
+def test_sync_rewrites_badge_and_pip_line():
+    badge = coursetools.badge("old/repo", "dev", "episodes/01-x.ipynb")
+    setup = '%pip install --quiet "gpucourse @ git+https://github.com/old/repo@dev"'
+    nb = _nb(nbformat.v4.new_markdown_cell(badge), nbformat.v4.new_code_cell(setup))
+    assert coursetools.sync_notebook(nb, "episodes/01-x.ipynb", "new/fork", "main")
+    assert "github/new/fork/blob/main/episodes/01-x.ipynb" in nb.cells[0].source
+    assert "git+https://github.com/new/fork@main" in nb.cells[1].source
+    assert not coursetools.sync_notebook(nb, "episodes/01-x.ipynb", "new/fork", "main")
+
+
+def test_exercises_in_sync_with_solutions():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "make_exercises.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_notebooks_point_at_configured_repository():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "sync_repo_url.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_check_mode_detects_stale_exercise(tmp_path, monkeypatch):
+    """--check must fail when an exercise notebook differs from its solution."""
+    import make_exercises
+
+    expected = make_exercises.expected_exercises()
+    path = next(iter(expected))
+    monkeypatch.setattr(make_exercises, "expected_exercises",
+                        lambda: {path: expected[path] + " "})
+    assert make_exercises.main(["--check"]) == 1
