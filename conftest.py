@@ -1,4 +1,4 @@
-"""Test-suite set-up shared by every test.
+"""Test-suite set-up shared by every test (unit tests and nbval runs alike).
 
 * Quick + offline mode unless the caller chose otherwise, a non-interactive
   matplotlib backend, and a data cache inside ``_build/`` (never the user's).
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parent
 LOG_DIR = ROOT / "_build" / "test-logs"
 sys.path.insert(0, str(ROOT / "tools"))
 
