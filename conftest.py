@@ -75,6 +75,9 @@ class CheckOutcomes(pytest.Item):
         if problems:
             raise AssertionError(f"{self.notebook.relative_to(ROOT)}:\n  " + "\n  ".join(problems))
 
+    def repr_failure(self, excinfo):
+        return str(excinfo.value)
+
     def reportinfo(self):
         return self.path, None, f"{self.notebook.name}::check-outcomes"
 
