@@ -213,3 +213,16 @@ def test_every_exercise_has_hint_and_solution(capsys):
     out = capsys.readouterr().out
     assert out.count("Hint (ep01.") == 4
     assert out.count("solutions/01-what-is-a-gpu.ipynb") == 4
+
+
+def test_t4_numbers_match_the_episode_table():
+    """The checks use the T4 figures the learner reads in the episode's table."""
+    import nbformat
+
+    from conftest import ROOT
+
+    nb = nbformat.read(ROOT / "episodes" / "01-what-is-a-gpu.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    fp32, bandwidth = ep01.T4_FP32_FLOPS / 1e12, ep01.T4_BANDWIDTH / 1e9
+    assert f'("T4", {fp32:g}, {bandwidth:g})' in text
+    assert f"| 16 GB GDDR6 | {bandwidth:g} ¹ | {fp32:g} |" in text
