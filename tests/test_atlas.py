@@ -297,7 +297,8 @@ def test_truncated_download_in_cache_is_detected(private_cache, capsys):
 
 def test_download_failure_falls_back_to_standin(monkeypatch, capsys, private_cache):
     monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
-    monkeypatch.setattr(atlas, "release_urls", lambda sample, timeout: [f"https://example.invalid/{sample.filename}"])
+    monkeypatch.setattr(atlas, "lookup_urls", lambda sample, timeout: [f"https://example.invalid/{sample.filename}"])
+    monkeypatch.setattr(atlas, "MIRRORS", ())
 
     def refuse(*args, **kwargs):
         raise urllib.error.URLError("network is unreachable")
@@ -313,7 +314,8 @@ def test_download_failure_falls_back_to_standin(monkeypatch, capsys, private_cac
 
 def test_stalled_server_times_out_and_leaves_no_partial_file(monkeypatch, private_cache):
     monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
-    monkeypatch.setattr(atlas, "release_urls", lambda sample, timeout: [f"https://example.invalid/{sample.filename}"])
+    monkeypatch.setattr(atlas, "lookup_urls", lambda sample, timeout: [f"https://example.invalid/{sample.filename}"])
+    monkeypatch.setattr(atlas, "MIRRORS", ())
 
     class Stalling:
         headers = {"Content-Length": "1000000"}
@@ -380,3 +382,27 @@ def test_reader_throughput_on_standin(tmp_path):
     rate = cutflow["read"] / (time.perf_counter() - start)
     assert rate > 50_000, f"{rate:.0f} events/s"
     assert Path(path).stat().st_size < 3e6
+
+
+def test_failed_lookup_is_not_repeated_for_the_second_file(monkeypatch, tmp_path):
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
+    calls, fetched = [], []
+
+    def failing_lookup(sample, timeout):
+        calls.append(sample.dsid)
+        return None
+
+    def fake_fetch(url, dest, **kwargs):  # a "download" that writes a valid file
+        fetched.append(url)
+        kind = "signal" if "345060" in url else "background"
+        atlas.write_standin_file(tmp_path / "src" / Path(dest).name, kind, 300)
+        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        Path(dest).write_bytes((tmp_path / "src" / Path(dest).name).read_bytes())
+        return dest
+
+    monkeypatch.setattr(atlas, "lookup_urls", failing_lookup)
+    monkeypatch.setattr(atlas, "fetch", fake_fetch)
+    paths = atlas.real_files(timeout=1, verbose=False)
+    assert calls == [345060]                      # the lookup failed once and was not tried again
+    assert fetched == [atlas.MIRRORS[0] + s.filename for s in atlas.SAMPLES.values()]
+    assert all(atlas._cache_problem(p) is None for p in paths.values())

@@ -371,13 +371,12 @@ def _https(url: str) -> str:
     return url
 
 
-def release_urls(sample: Sample, timeout: float = 20.0) -> list[str]:
-    """HTTPS URLs of ``sample``'s file: ``atlasopenmagic``'s first, then the pinned mirrors.
+def lookup_urls(sample: Sample, timeout: float = 20.0) -> list[str] | None:
+    """HTTPS URLs of ``sample``'s file as ``atlasopenmagic`` lists them; None if the lookup fails.
 
-    The ``atlasopenmagic`` lookup is given at most ``timeout`` seconds; if it
-    fails or does not list the expected file, the pinned URLs are used alone.
+    The lookup (one request to the ATLAS Open Data metadata service) is given
+    at most ``timeout`` seconds.
     """
-    pinned = [m + sample.filename for m in MIRRORS]
 
     def lookup():
         import atlasopenmagic as atom
@@ -392,8 +391,14 @@ def release_urls(sample: Sample, timeout: float = 20.0) -> list[str]:
     except Exception as exc:  # no network, API change, timeout: the pinned URLs still work
         print(f"atlasopenmagic lookup for DSID {sample.dsid} failed ({type(exc).__name__}: {exc}); "
               "using the pinned URLs.")
-        found = []
-    found = [u for u in found if u.startswith("https://") and u.endswith("/" + sample.filename)]
+        return None
+    return [u for u in found if u.startswith("https://") and u.endswith("/" + sample.filename)]
+
+
+def release_urls(sample: Sample, timeout: float = 20.0, lookup: bool = True) -> list[str]:
+    """HTTPS URLs to try for ``sample``'s file: ``atlasopenmagic``'s first, then the pinned mirrors."""
+    pinned = [m + sample.filename for m in MIRRORS]
+    found = (lookup_urls(sample, timeout) or []) if lookup else []
     return list(dict.fromkeys(found + pinned))
 
 
@@ -421,6 +426,7 @@ def real_files(timeout: float = 30.0, verbose: bool = True) -> dict[str, Path]:
 
     folder = settings.data_dir() / "atlas-4lep" / RELEASE
     paths = {}
+    lookup_works = True
     for key, sample in SAMPLES.items():
         dest = folder / sample.filename
         problem = _cache_problem(dest)
@@ -433,7 +439,10 @@ def real_files(timeout: float = 30.0, verbose: bool = True) -> dict[str, Path]:
         if settings.offline():
             raise OfflineError(f"Offline mode (GPUCOURSE_OFFLINE=1): {sample.filename} is not in the cache.")
         errors = []
-        for url in release_urls(sample, timeout=timeout):
+        found = lookup_urls(sample, timeout) if lookup_works else None
+        lookup_works = found is not None
+        urls = list(dict.fromkeys((found or []) + [m + sample.filename for m in MIRRORS]))
+        for url in urls:
             try:
                 if verbose:
                     print(f"Downloading {url}")
@@ -680,8 +689,10 @@ def cached_features(path, verbose: bool = True):
     corrupt) is detected, reported and rebuilt.
     """
     path = Path(path)
-    record = _manifest(path)
-    digest = json.loads(record.read_text())["sha256"] if record.exists() else sha256(path)
+    try:
+        digest = str(json.loads(_manifest(path).read_text())["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        digest = sha256(path)
     cache = (settings.data_dir() / "atlas-4lep" / "features"
              / f"{path.stem}.{digest[:16]}.v{_CACHE_VERSION}.npz")
     problem = _cache_problem(cache)
