@@ -207,8 +207,8 @@ def _check_timing(timing, epoch_fn, device):
     if not callable(epoch_fn):
         raise Wrong(f"epoch_fn should be the function you timed (one epoch, no arguments), "
                     f"got {_describe(epoch_fn)}.")
-    reference = benchmark(epoch_fn, device, warmup=1, repeats=1).best
-    if timing.median < 0.3 * reference:
+    reference = benchmark(epoch_fn, device, warmup=1, repeats=3).best
+    if timing.median < 0.1 * reference:  # lenient: timings on a busy machine vary a lot
         raise Wrong(f"your median is {timing.median * 1e3:.3g} ms, but one epoch of epoch_fn takes about "
                     f"{reference * 1e3:.3g} ms when the clock waits for the device. Did you time the "
                     "same function, on the same device? On a GPU, reading the clock before "
