@@ -17,7 +17,6 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import yaml
 
 import coursetools
 from conftest import ROOT
@@ -31,14 +30,6 @@ REPO, BRANCH = coursetools.repository()
 _PLACEHOLDER_SVG = ("<svg xmlns='http://www.w3.org/2000/svg' width='117' height='20'>"
                     "<rect width='117' height='20' rx='3' fill='#555'/></svg>")
 ALLOWED_CONSOLE = {"Got invalid theme mode: . Resetting to auto."}
-
-
-def _toc_pages():
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    pages = [toc["root"]]
-    for part in toc.get("parts", []):
-        pages += [ch["file"] for ch in part.get("chapters", [])]
-    return pages
 
 
 @pytest.fixture(scope="module")
@@ -56,17 +47,17 @@ def site() -> Path:
 
 
 def test_every_toc_page_is_built(site):
-    for page in _toc_pages():
+    for page in coursetools.toc_files():
         assert (site / f"{page}.html").exists(), f"{page}.html was not built"
     assert (site / "index.html").exists()
 
 
 def test_episodes_and_solutions_were_executed(site):
-    for page in _toc_pages():
+    for page in coursetools.toc_files():
         if page.startswith(("episodes/", "solutions/")):
             html = (site / f"{page}.html").read_text()
             assert 'class="output' in html, f"{page} shows no cell outputs: was it executed?"
-    for page in _toc_pages():
+    for page in coursetools.toc_files():
         if page.startswith("solutions/"):
             html = (site / f"{page}.html").read_text()
             assert "✓ Correct" in html and "✗ Not yet" not in html, f"{page}: a solution check did not pass"

@@ -2,7 +2,6 @@
 import re
 
 import pytest
-import yaml
 
 import coursetools
 from conftest import ROOT
@@ -93,16 +92,8 @@ def test_episode_anatomy(path):
         "pick the run mode visibly with settings.run_mode(...)")
 
 
-def _toc_files():
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        files += [ch["file"] for ch in part.get("chapters", [])]
-    return files
-
-
 def test_every_notebook_and_page_is_in_the_toc():
-    files = _toc_files()
+    files = coursetools.toc_files()
     for path in NOTEBOOKS:
         assert path.relative_to(ROOT).with_suffix("").as_posix() in files, f"{path.name} missing from _toc.yml"
     for entry in files:

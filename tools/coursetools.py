@@ -50,6 +50,15 @@ def repository(config_path: Path = ROOT / "_config.yml") -> tuple[str, str]:
     return match.group(1), config["repository"].get("branch", "main")
 
 
+def toc_files(toc_path: Path = ROOT / "_toc.yml") -> list[str]:
+    """Every file named in ``_toc.yml`` (root first), without extension."""
+    toc = yaml.safe_load(toc_path.read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [chapter["file"] for chapter in part.get("chapters", [])]
+    return files
+
+
 def badge(repo: str, branch: str, path: str) -> str:
     """Markdown for an "Open in Colab" badge of the notebook at ``path``."""
     return (
