@@ -185,6 +185,10 @@ def _check_q3(slow_ds, fast_ds, t_slow, t_fast):
     if t_fast >= t_slow:
         raise Wrong(f"t_fast ({t_fast:.2f} s) is not shorter than t_slow ({t_slow:.2f} s). Did you time "
                     "slow_ds for t_slow and fast_ds for t_fast? Prefetching should overlap the two waits.")
+    if t_fast > 0.85 * t_slow:
+        raise Wrong(f"prefetching saved almost nothing ({t_slow:.2f} s → {t_fast:.2f} s). Does slow_ds "
+                    "already prefetch (TensorFlow's inject_prefetch option)? Time slow_ds as given, "
+                    "and fast_ds = slow_ds.prefetch(...).")
     return (f"{t_slow:.2f} s → {t_fast:.2f} s ({t_slow / t_fast:.1f}× faster): while the loop "
             "'trains', the pipeline already prepares the next batch.")
 
