@@ -7,10 +7,11 @@ import time
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+from gpucourse.checks import ep04
+from gpucourse.exercises import ____
+from gpucourse.frameworks import import_tensorflow
 
-from gpucourse.checks import ep04  # noqa: E402
-from gpucourse.exercises import ____  # noqa: E402
+tf = import_tensorflow()
 
 
 def outcome(q, *answers):
@@ -72,11 +73,15 @@ def test_q2_device_that_does_not_exist():
     assert result == "wrong" and "does not exist" in message and "list_logical_devices" in message
 
 
-def test_q2_result_computed_elsewhere():
-    if not tf.config.list_logical_devices("GPU"):
-        pytest.skip("needs a GPU to compute somewhere else than the chosen device")
-    result, message = outcome(ep04.q2, _chosen(), _product("/CPU:0"))
-    assert result == "wrong" and "with tf.device" in message
+def test_q2_result_computed_elsewhere(monkeypatch):
+    """On a (simulated) GPU machine, a product left on the CPU is caught."""
+    devices = [tf.config.LogicalDevice("/device:CPU:0", "CPU"), tf.config.LogicalDevice("/device:GPU:0", "GPU")]
+    monkeypatch.setattr(tf.config, "list_logical_devices",
+                        lambda kind=None: [d for d in devices if kind in (None, d.device_type)])
+    result, message = outcome(ep04.q2, "/GPU:0", _product("/CPU:0"))
+    assert result == "wrong" and "not on /GPU:0" in message and "with tf.device" in message
+    result, message = outcome(ep04.q2, "/CPU:0", _product("/CPU:0"))
+    assert result == "wrong" and "TensorFlow sees a GPU" in message
 
 
 @pytest.mark.parametrize("device, words", [(0, "device name string"), ("cpu please", "not a TensorFlow device")])
