@@ -143,6 +143,20 @@ def require_answer(value, what: str):
     return value
 
 
+def call_answer(fn, *args, what: str):
+    """Call a learner's function: its errors become ``Wrong``, a stub result ``NotDone``.
+
+    ``what`` describes the call in messages, e.g. ``"matmul_tflops(512, 1.0)"``.
+    """
+    try:
+        result = fn(*args)
+    except (NotDone, Wrong):
+        raise
+    except Exception as exc:
+        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+    return require_answer(result, what)
+
+
 def solution_link(notebook: str) -> str:
     """Text pointing at a notebook in ``solutions/``."""
     return f"see solutions/{notebook} (also in the course website's Solutions section)."

@@ -147,7 +147,6 @@ def test_q3_right_answer():
         (sync_after_only, "BEFORE"),
         (twice, "exactly once"),
         (lambda fn, sync: "0.06", None),
-        (lambda fn, sync: None, "should be a number"),
         (lambda fn: 0.06, "raised TypeError"),
         ("time_once", "function itself"),
     ],
@@ -159,6 +158,11 @@ def test_q3_wrong_timers(timer, words):
     else:
         assert result == "wrong"
         assert words in message, message
+
+
+def test_q3_forgotten_return_is_not_done():
+    result, message = outcome(ep01.q3, lambda fn, sync: None)
+    assert result == "not-done" and "forget `return`" in message
 
 
 def test_q3_stub_is_not_done():

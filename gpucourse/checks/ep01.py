@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 
-from gpucourse.exercises import Exercise, NotDone, Wrong, _Blank, solution_link
+from gpucourse.exercises import Exercise, NotDone, Wrong, _Blank, call_answer, solution_link
 
 NOTEBOOK = "01-what-is-a-gpu.ipynb"
 
@@ -51,14 +51,7 @@ def _check_tflops(fn) -> str:
         raise Wrong(f"pass the function itself, matmul_tflops (no brackets); got {type(fn).__name__} {fn!r}.")
     cases = [(512, 1.0), (4096, 0.05), (256, 2e-4)]
     for n, seconds in cases:
-        try:
-            got = fn(n, seconds)
-        except NotDone:
-            raise
-        except Exception as exc:
-            raise Wrong(f"matmul_tflops({n}, {seconds}) raised {type(exc).__name__}: {exc}.") from None
-        if isinstance(got, _Blank):
-            raise NotDone("matmul_tflops still returns ____: replace it with your formula.")
+        got = call_answer(fn, n, seconds, what=f"matmul_tflops({n}, {seconds})")
         got = _number(f"matmul_tflops({n}, {seconds})", got, "TFLOP/s")
         expected = 2 * n**3 / seconds / 1e12
         if _close(got, expected):
@@ -179,14 +172,7 @@ def _check_timer(time_once) -> str:
         calls.append(time.perf_counter())
         device.queue(WORK_S)
 
-    try:
-        got = time_once(fn, device.sync)
-    except NotDone:
-        raise
-    except Exception as exc:
-        raise Wrong(f"time_once(fn, sync) raised {type(exc).__name__}: {exc}.") from None
-    if isinstance(got, _Blank):
-        raise NotDone("time_once still returns ____: return the elapsed seconds, measured correctly.")
+    got = call_answer(time_once, fn, device.sync, what="time_once(fn, sync)")
     got = _number("time_once(fn, sync)", got, "seconds")
     if len(calls) != 1:
         raise Wrong(f"time_once called fn {len(calls)} times; call it exactly once "
