@@ -75,3 +75,16 @@ def test_expect_close():
             assert "x" in str(exc)
         else:
             raise AssertionError
+
+
+def test_call_answer_turns_errors_into_feedback():
+    from gpucourse.exercises import call_answer
+
+    assert call_answer(lambda x: x + 1, 1, what="f(1)") == 2
+    for fn, kind in ((lambda x: 1 / 0, Wrong), (lambda x: None, NotDone), (lambda x: ____, NotDone)):
+        try:
+            call_answer(fn, 1, what="f(1)")
+        except kind as exc:
+            assert "f(1)" in str(exc)
+        else:
+            raise AssertionError(f"expected {kind.__name__}")
