@@ -127,7 +127,10 @@ def _open(browser, url: str, name: str):
     return page, problems, external
 
 
-@pytest.mark.parametrize("page_name", ["index", "episodes/02-finding-your-gpu", "solutions/02-finding-your-gpu"])
+PAGES = ["index"] + [page for page in coursetools.toc_files() if page.startswith(("book/", "episodes/", "solutions/"))]
+
+
+@pytest.mark.parametrize("page_name", PAGES)
 def test_page_loads_without_console_errors(browser, server, page_name):
     page, problems, _ = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"))
     assert page.title(), "page has no title"
@@ -137,9 +140,13 @@ def test_page_loads_without_console_errors(browser, server, page_name):
     page.close()
 
 
-def test_episode_has_colab_launch_button_and_badge(browser, server):
-    rel = "episodes/02-finding-your-gpu.ipynb"
-    page, problems, _ = _open(browser, f"{server}/{rel[:-6]}.html", "episode-launch")
+NOTEBOOK_PAGES = [p for p in coursetools.toc_files() if p.startswith(("episodes/", "exercises/", "solutions/"))]
+
+
+@pytest.mark.parametrize("page_name", NOTEBOOK_PAGES)
+def test_notebook_page_has_colab_launch_button_and_badge(browser, server, page_name):
+    rel = f"{page_name}.ipynb"
+    page, problems, _ = _open(browser, f"{server}/{page_name}.html", "launch-" + page_name.replace("/", "-"))
     colab = f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/{rel}"
     launch = page.locator(f'.bd-header-article a[href="{colab}"]')
     assert launch.count() >= 1, "the header has no Colab launch button pointing at this notebook"
@@ -147,7 +154,8 @@ def test_episode_has_colab_launch_button_and_badge(browser, server):
     assert badge.count() == 1, "the Colab badge in the text is missing or points elsewhere"
     page.locator(".bd-header-article .dropdown-launch-buttons button").first.click()
     page.wait_for_timeout(200)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "episode-launch-menu.png"))
     assert launch.first.is_visible(), "the Colab launch link is not shown when the launch menu opens"
+    if page_name == NOTEBOOK_PAGES[0]:
+        page.screenshot(path=str(SHOTS / "launch-menu-open.png"))
+    assert not problems, f"console errors on {page_name}: {problems}"
     page.close()

@@ -99,3 +99,21 @@ def test_every_notebook_and_page_is_in_the_toc():
     for entry in files:
         assert any((ROOT / f"{entry}{ext}").exists() for ext in (".md", ".ipynb")), f"_toc.yml names missing {entry}"
     assert len(files) == len(set(files)), "a file is listed twice in _toc.yml"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_images_show_in_colab_and_match_their_source(path):
+    """Colab cannot follow relative image paths, so diagrams are embedded as data URIs
+    generated from the SVG files in book/images/ (the editable sources)."""
+    import base64
+
+    for i, cell in enumerate(_nb(path).cells):
+        if cell.cell_type != "markdown":
+            continue
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", cell.source):
+            assert target.startswith(("http://", "https://", "data:")), (
+                f"cell {i} links image {target!r} by a relative path, which Colab cannot show")
+        for source, data in re.findall(r"editable source is (book/images/\S+) -->\s*<img[^>]*base64,([A-Za-z0-9+/=]+)",
+                                       cell.source):
+            assert base64.b64decode(data) == (ROOT / source).read_bytes(), (
+                f"cell {i}: the embedded image differs from {source}; re-embed it")
