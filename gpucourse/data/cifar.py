@@ -127,6 +127,9 @@ def check_keras_cache(cache: Path | None = None, **expected) -> bool:
 
 
 def _keras_load(timeout: float):
+    from ..frameworks import import_tensorflow
+
+    import_tensorflow()  # Keras' backend, imported without TensorFlow's start-up log lines
     import keras
 
     previous = socket.getdefaulttimeout()
