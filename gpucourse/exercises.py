@@ -53,8 +53,13 @@ class NotDone(Exception):
     """Raised by a checker: the learner has not answered yet."""
 
 
+def is_blank(value) -> bool:
+    """True if ``value`` is the placeholder ``____`` (the learner has not answered)."""
+    return isinstance(value, _Blank)
+
+
 def _contains_blank(value, depth: int = 0) -> bool:
-    if isinstance(value, _Blank):
+    if is_blank(value):
         return True
     if depth < 3 and isinstance(value, (list, tuple, set)):
         return any(_contains_blank(v, depth + 1) for v in value)

@@ -106,14 +106,13 @@ def browser():
 def _open(browser, url: str, name: str):
     """Load ``url``; external requests get an empty answer (CI has no internet)."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-    problems, external = [], []
+    problems = []
     page.on("console", lambda m: m.type == "error" and m.text not in ALLOWED_CONSOLE and problems.append(m.text))
     page.on("pageerror", lambda e: problems.append(f"uncaught: {e}"))
 
     def route(r):
         if r.request.url.startswith("http://127.0.0.1"):
             return r.continue_()
-        external.append(r.request.url)
         is_svg = r.request.url.endswith(".svg")
         return r.fulfill(status=200, body=_PLACEHOLDER_SVG if is_svg else "",
                          content_type="image/svg+xml" if is_svg else "text/plain")
@@ -124,7 +123,7 @@ def _open(browser, url: str, name: str):
     page.wait_for_timeout(300)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
-    return page, problems, external
+    return page, problems
 
 
 PAGES = ["index"] + [page for page in coursetools.toc_files() if page.startswith(("book/", "episodes/", "solutions/"))]
@@ -132,7 +131,7 @@ PAGES = ["index"] + [page for page in coursetools.toc_files() if page.startswith
 
 @pytest.mark.parametrize("page_name", PAGES)
 def test_page_loads_without_console_errors(browser, server, page_name):
-    page, problems, _ = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"))
+    page, problems = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"))
     assert page.title(), "page has no title"
     assert not problems, f"console errors on {page_name}: {problems}"
     missing_alt = page.eval_on_selector_all("img", "els => els.filter(e => !e.getAttribute('alt')).map(e => e.src)")
@@ -146,7 +145,7 @@ NOTEBOOK_PAGES = [p for p in coursetools.toc_files() if p.startswith(("episodes/
 @pytest.mark.parametrize("page_name", NOTEBOOK_PAGES)
 def test_notebook_page_has_colab_launch_button_and_badge(browser, server, page_name):
     rel = f"{page_name}.ipynb"
-    page, problems, _ = _open(browser, f"{server}/{page_name}.html", "launch-" + page_name.replace("/", "-"))
+    page, problems = _open(browser, f"{server}/{page_name}.html", "launch-" + page_name.replace("/", "-"))
     colab = f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/{rel}"
     launch = page.locator(f'.bd-header-article a[href="{colab}"]')
     assert launch.count() >= 1, "the header has no Colab launch button pointing at this notebook"

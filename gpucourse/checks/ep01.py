@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 
-from gpucourse.exercises import Exercise, NotDone, Wrong, _Blank, call_answer, solution_link
+from gpucourse.exercises import Exercise, NotDone, Wrong, call_answer, is_blank, solution_link
 
 NOTEBOOK = "01-what-is-a-gpu.ipynb"
 
@@ -27,7 +27,7 @@ BYTES_FP32 = 4
 
 def _number(name: str, value, unit: str = "") -> float:
     """``value`` as a finite float, or ``Wrong`` naming what it was."""
-    if isinstance(value, _Blank):
+    if is_blank(value):
         raise NotDone(f"{name} is still ____.")
     if isinstance(value, bool):
         raise Wrong(f"{name} should be a number{unit and ' in ' + unit}, got the bool {value!r}.")
@@ -115,7 +115,7 @@ def _check_roofline(ridge, intensity, bound) -> str:
             raise Wrong(f"{msg}. Upside down: intensity is FLOPs ÷ bytes moved.")
         raise Wrong(f"{msg}. Intensity = FLOPs ÷ bytes = 2·n³ ÷ (3·n²·4).")
 
-    if isinstance(bound, _Blank):
+    if is_blank(bound):
         raise NotDone("bound is still ____.")
     if not isinstance(bound, str) or bound.strip().lower() not in {"compute", "memory"}:
         raise Wrong(f"bound should be the string 'compute' or 'memory', got {bound!r}.")

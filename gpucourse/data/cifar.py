@@ -22,7 +22,6 @@ or partial copy with a message, so that Keras fetches it again.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import socket
@@ -32,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import settings
+from .download import sha256
 
 CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer",
                "dog", "frog", "horse", "ship", "truck")
@@ -80,14 +80,6 @@ def keras_cache_dir() -> Path:
     return Path(home) / "datasets"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def archive_problem(path: Path, size: int = ARCHIVE_BYTES, checksum: str = ARCHIVE_SHA256) -> str | None:
     """None if ``path`` is a complete, intact CIFAR-10 archive, else what is wrong."""
     path = Path(path)
@@ -96,7 +88,7 @@ def archive_problem(path: Path, size: int = ARCHIVE_BYTES, checksum: str = ARCHI
     actual = path.stat().st_size
     if actual != size:
         return f"{path.name} has {actual:,} bytes, expected {size:,} (partial or corrupt download)"
-    if _sha256(path) != checksum:
+    if sha256(path) != checksum:
         return f"{path.name} has the wrong SHA-256 checksum (corrupt download)"
     return None
 
