@@ -6,6 +6,12 @@ before ``TF_CPP_MIN_LOG_LEVEL`` can take effect. They are harmless but make a
 learner think something broke. ``import_tensorflow`` sets the log level and
 silences file descriptor 2 for the duration of the import only; errors raised
 by the import itself still reach you.
+
+It also asks for the list of GPUs inside that quiet window: the GPU build of
+TensorFlow (Colab's, or ``tensorflow[and-cuda]``) logs "failed call to cuInit"
+as an error the first time it looks for a GPU on a machine that has none. The
+list does not start TensorFlow's runtime, so memory growth can still be set
+afterwards.
 """
 
 from __future__ import annotations
@@ -44,4 +50,6 @@ def import_tensorflow():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with _stderr_fd_silenced():
         import tensorflow as tf
+
+        tf.config.list_physical_devices("GPU")
     return tf

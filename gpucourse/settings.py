@@ -10,6 +10,9 @@ that tests and CI can set them without editing a notebook:
     Never download; use the generated stand-in data sets.
 ``GPUCOURSE_DATA=/some/dir``
     Where downloads and caches go (default: a per-user cache directory).
+``GPUCOURSE_REQUIRE_REAL_DATA=1``
+    Fail instead of falling back to a generated stand-in data set (for
+    whoever builds the website to publish it).
 """
 
 from __future__ import annotations
@@ -42,6 +45,34 @@ def quick() -> bool:
 def offline() -> bool:
     """True when ``GPUCOURSE_OFFLINE`` forbids any network access."""
     return _flag("GPUCOURSE_OFFLINE")
+
+
+def require_real_data() -> bool:
+    """True when ``GPUCOURSE_REQUIRE_REAL_DATA`` forbids stand-in data."""
+    return _flag("GPUCOURSE_REQUIRE_REAL_DATA")
+
+
+class StandInRefused(RuntimeError):
+    """A stand-in data set was about to be used while real data are required."""
+
+
+def allow_stand_in(dataset: str, reason: str) -> None:
+    """Raise :class:`StandInRefused` if real data are required; otherwise do nothing.
+
+    Data loaders call this just before they fall back to a generated stand-in.
+
+    Parameters
+    ----------
+    dataset : str
+        The real data set that could not be used, e.g. ``"ATLAS Open Data"``.
+    reason : str
+        Why, in a few words (offline mode, the download error).
+    """
+    if require_real_data():
+        raise StandInRefused(
+            f"GPUCOURSE_REQUIRE_REAL_DATA=1, but {dataset} could not be used ({reason}), and the "
+            "generated stand-in must not be published. Build where the download works, with "
+            "GPUCOURSE_OFFLINE unset; or unset GPUCOURSE_REQUIRE_REAL_DATA for a stand-in build.")
 
 
 def run_mode(gpu_available: bool) -> str:

@@ -1,14 +1,17 @@
 """Build the website as `make book` does (quick mode, separate output folder),
-then open it in headless Chromium like a reader would.
+then open it in headless Chromium like a reader would: at desktop, tablet and
+phone widths, with axe-core checking accessibility.
 
-Needs Debian's `chromium` (``apt-get install chromium``; `.ci/run` installs it)
-or another Chromium named by ``CHROMIUM=/path/to/chrome``.
+`make test` finds or installs a Chromium first (``tools/ensure_browser.py``);
+``CHROMIUM=/path/to/chrome`` chooses one. Screenshots of every page at desktop
+and phone width are saved in ``_build/test/screenshots/`` to be looked at.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +20,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 
 import coursetools
 from conftest import ROOT
@@ -30,12 +34,17 @@ REPO, BRANCH = coursetools.repository()
 _PLACEHOLDER_SVG = ("<svg xmlns='http://www.w3.org/2000/svg' width='117' height='20'>"
                     "<rect width='117' height='20' rx='3' fill='#555'/></svg>")
 ALLOWED_CONSOLE = {"Got invalid theme mode: . Resetting to auto."}
+WIDTHS = {"desktop": 1280, "tablet": 800, "phone": 390}
+# axe-core findings of impact "serious" or "critical" that the theme causes, not the course's
+# content: {(rule id, CSS selector): reason}. Empty now; add one only with its reason.
+ALLOWED_AXE: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="module")
 def site() -> Path:
-    env = {k: v for k, v in os.environ.items() if k != "GPUCOURSE_CHECK_LOG"}
-    env.update(GPUCOURSE_QUICK="1", GPUCOURSE_OFFLINE="1", MPLBACKEND="Agg")
+    # No MPLBACKEND: figures must be drawn by the notebook's inline backend, as for learners.
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUCOURSE_CHECK_LOG", "MPLBACKEND")}
+    env.update(GPUCOURSE_QUICK="1", GPUCOURSE_OFFLINE="1")
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(jb), "build", str(ROOT), "--path-output", str(OUT), "--warningiserror", "--keep-going"]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -65,13 +74,18 @@ def test_episodes_and_solutions_were_executed(site):
 
 # ---------------------------------------------------------------- browser --
 
-def _chromium() -> str:
-    for candidate in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+def _chromium() -> str | None:
+    """The browser `tools/ensure_browser.py` chose (None: Playwright's own), else one on PATH."""
+    record = ROOT / "_build" / "chromium-path"
+    chosen = os.environ.get("CHROMIUM") or (record.read_text().strip() if record.exists() else "")
+    if chosen == "playwright":
+        return None
+    for candidate in (chosen, "/usr/bin/chromium", shutil.which("chromium"),
                       shutil.which("chromium-browser"), shutil.which("google-chrome")):
         if candidate and Path(candidate).exists():
             return candidate
-    pytest.fail("No Chromium found: install it (Debian: `apt-get install chromium`) "
-                "or set CHROMIUM=/path/to/chromium.")
+    pytest.fail("No Chromium found: run `make test` (it finds or installs one), or set "
+                "CHROMIUM=/path/to/chromium.")
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -103,9 +117,9 @@ def browser():
         browser.close()
 
 
-def _open(browser, url: str, name: str):
+def _open(browser, url: str, name: str, width: int = WIDTHS["desktop"], shot: str | None = None):
     """Load ``url``; external requests get an empty answer (CI has no internet)."""
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = browser.new_page(viewport={"width": width, "height": 900})
     problems = []
     page.on("console", lambda m: m.type == "error" and m.text not in ALLOWED_CONSOLE and problems.append(m.text))
     page.on("pageerror", lambda e: problems.append(f"uncaught: {e}"))
@@ -121,8 +135,9 @@ def _open(browser, url: str, name: str):
     response = page.goto(url, wait_until="load")
     assert response is not None and response.ok, f"{url} answered {response and response.status}"
     page.wait_for_timeout(300)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
+    path = SHOTS / (shot or "") / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), full_page=False)
     return page, problems
 
 
@@ -157,4 +172,126 @@ def test_notebook_page_has_colab_launch_button_and_badge(browser, server, page_n
     if page_name == NOTEBOOK_PAGES[0]:
         page.screenshot(path=str(SHOTS / "launch-menu-open.png"))
     assert not problems, f"console errors on {page_name}: {problems}"
+    page.close()
+
+
+# ------------------------------------------------------ reading the site --
+
+ALL_PAGES = [p for p in coursetools.toc_files()]
+
+
+def test_index_is_a_real_page(site):
+    html = (site / "index.html").read_text()
+    assert '<html lang="en">' in html and "<title>GPUs for Machine Learning</title>" in html
+    assert 'href="book/intro.html"' in html, "index.html does not link to the first page"
+    assert 'rel="icon"' in html and (site / "_static" / "favicon.svg").exists(), "no favicon"
+
+
+def test_solution_pages_hide_generator_markers_and_status_uses_words(site):
+    for page in ALL_PAGES:
+        html = (site / f"{page}.html").read_text()
+        for marker in ("BEGIN SOLUTION", "END SOLUTION", "### STUB"):
+            assert marker not in html, f"{page} shows the exercise generator's marker {marker!r}"
+        assert "✅" not in html and "❌" not in html, f"{page} relies on an emoji glyph"
+
+
+@pytest.mark.parametrize("page_name", ALL_PAGES)
+def test_accessibility_with_axe(browser, server, page_name):
+    page, _ = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"), shot="desktop")
+    violations = Axe().run(page).response["violations"]
+    page.close()
+    found = [f"{v['id']} ({v['impact']}): {n['target']} {n.get('failureSummary', '')[:160]!r}"
+             for v in violations if v["impact"] in ("serious", "critical")
+             for n in v["nodes"] if (v["id"], " ".join(map(str, n["target"]))) not in ALLOWED_AXE]
+    assert not found, f"axe-core on {page_name}:\n  " + "\n  ".join(found[:15])
+
+
+@pytest.mark.parametrize("page_name", ALL_PAGES)
+@pytest.mark.parametrize("width_name", ["phone", "desktop"])
+def test_page_fits_the_screen(browser, server, page_name, width_name):
+    width = WIDTHS[width_name]
+    page, problems = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"),
+                           width=width, shot=width_name)
+    overflow = page.evaluate("document.documentElement.scrollWidth")
+    page.close()
+    assert overflow <= width + 1, f"{page_name} is {overflow} px wide at {width} px: the page scrolls sideways"
+    assert not problems, f"console errors on {page_name} at {width} px: {problems}"
+
+
+FIGURE_CALL = re.compile(r"plt\.(show|subplots|figure)\(")
+
+# Text left as LaTeX source after MathJax ran would show these outside `.math` elements.
+_RAW_MATH_JS = """() => {
+  const article = document.querySelector('article').cloneNode(true);
+  article.querySelectorAll('.math, pre, code, script').forEach(e => e.remove());
+  return article.innerText;
+}"""
+
+
+@pytest.mark.parametrize("page_name", ALL_PAGES)
+def test_maths_is_left_to_mathjax(browser, server, page_name):
+    page, _ = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"))
+    n_math = page.locator("article .math").count()
+    has_mathjax = page.locator('script[src*="mathjax"]').count() > 0
+    text = page.evaluate(_RAW_MATH_JS)
+    page.close()
+    if n_math:
+        assert has_mathjax, f"{page_name} has {n_math} formulas but loads no MathJax: they show as raw LaTeX"
+    for raw in ("\\(", "\\[", "$$"):
+        assert raw not in text, f"{page_name} shows raw LaTeX {raw!r} outside a formula"
+
+
+@pytest.mark.parametrize("page_name", [p for p in ALL_PAGES if p.startswith(("episodes/", "solutions/"))])
+def test_outputs_read_well(browser, server, page_name):
+    page, _ = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"))
+    per_cell = page.eval_on_selector_all(
+        "div.cell", "cells => cells.map(c => c.querySelectorAll('.cell_output .output.stderr').length)")
+    images = page.eval_on_selector_all(".cell_output img", """imgs => imgs.map(i => ({
+        alt: i.getAttribute('alt') || '', src: i.getAttribute('src'),
+        shown: i.getBoundingClientRect().width, natural: i.naturalWidth}))""")
+    page.close()
+    notebook = coursetools.read(ROOT / f"{page_name}.ipynb")
+    n_figures = sum(1 for c in notebook.cells if c.cell_type == "code" and FIGURE_CALL.search(c.source))
+    assert len(images) >= n_figures, f"{page_name} draws {n_figures} figures but shows {len(images)}"
+    assert max(per_cell, default=0) <= 2, (
+        f"{page_name}: a cell shows {max(per_cell)} separate stderr blocks (progress-bar frames?)")
+    for img in images:
+        alt = img["alt"]
+        assert len(alt.split()) >= 6 and not alt.endswith((".png", ".svg", ".jpg")) and "/" not in alt[:40], (
+            f"{page_name}: output figure {img['src']} has alt text {alt!r}, not a description")
+        assert img["natural"] and img["shown"] / img["natural"] >= 0.75, (
+            f"{page_name}: figure {img['src']} is {img['natural']} px wide but shown at {img['shown']:.0f} px; "
+            "its text shrinks below legible size (make the figure narrower, about 7 inches)")
+
+
+def _sidebar_link_visible(page) -> bool:
+    return page.locator('.bd-sidebar-primary a[href*="01-what-is-a-gpu"], '
+                        'dialog a[href*="01-what-is-a-gpu"]').first.is_visible()
+
+
+@pytest.mark.parametrize("width_name", ["phone", "tablet"])
+def test_navigation_drawer_opens_on_small_screens(browser, server, width_name):
+    page, _ = _open(browser, f"{server}/episodes/03-pytorch-classifier.html", "nav-closed",
+                    width=WIDTHS[width_name], shot=width_name)
+    assert not _sidebar_link_visible(page), "the navigation is already open on a small screen"
+    page.locator("button.primary-toggle").first.click()
+    page.wait_for_timeout(400)
+    page.screenshot(path=str(SHOTS / width_name / "nav-open.png"))
+    assert _sidebar_link_visible(page), f"the ☰ button does not open the navigation at {WIDTHS[width_name]} px"
+    page.keyboard.press("Escape")
+    page.wait_for_timeout(300)
+    page.locator("button.secondary-toggle").first.click()
+    page.wait_for_timeout(400)
+    page.screenshot(path=str(SHOTS / width_name / "toc-open.png"))
+    assert page.locator('.bd-sidebar-secondary a[href="#key-points"], dialog a[href="#key-points"]').first.is_visible(), (
+        f"the contents button does not open this page's table of contents at {WIDTHS[width_name]} px")
+    page.close()
+
+
+def test_sidebar_collapses_on_desktop(browser, server):
+    page, _ = _open(browser, f"{server}/episodes/03-pytorch-classifier.html", "sidebar")
+    assert _sidebar_link_visible(page), "the navigation sidebar is not shown on a desktop screen"
+    page.locator("button.primary-toggle").first.click()
+    page.wait_for_timeout(400)
+    assert not _sidebar_link_visible(page), "the ☰ button does not hide the sidebar on a desktop screen"
     page.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -69,19 +70,27 @@ def test_q2_right_on_this_machine_and_stub():
 
 
 def test_q2_explains_a_tensor_left_behind(monkeypatch):
-    # Pretend the selected device is another one ("meta": shapes only, no memory), to test
-    # the messages a learner on a GPU would see, on a machine without one.
-    monkeypatch.setattr(ep03, "selected_device", lambda: torch.device("meta"))
+    # Pretend this machine chose a GPU, to test the messages a learner on a GPU would see, on a
+    # machine without one. Every case here is rejected before the model runs, so no CUDA tensor
+    # is needed. (Not the "meta" device: with TensorFlow loaded, a meta-device matmul crashes the
+    # process in torch 2.13.0+cu130.)
+    monkeypatch.setattr(ep03, "selected_device", lambda: torch.device("cuda", 0))
     model = mlp()
     xb = torch.from_numpy(X_TRAIN[:32])
-    result, message = outcome(ep03.q2, torch.device("meta"), model, xb)
-    assert result == "wrong" and "parameters are on cpu; the selected device is meta" in message
-    result, message = outcome(ep03.q2, torch.device("meta"), model.to("meta"), xb)
-    assert result == "wrong" and "your tensor is on cpu; the selected device is meta" in message
-    assert "xb.to(device)" in message
+    result, message = outcome(ep03.q2, torch.device("cuda", 0), model, xb)
+    assert result == "wrong" and "parameters are on cpu; the selected device is cuda:0" in message
     result, message = outcome(ep03.q2, torch.device("cpu"), model, xb)
-    assert result == "wrong" and "this machine's choice is meta" in message
-    assert outcome(ep03.q2, torch.device("meta"), model.to("meta"), xb.to("meta"))[0] == "correct"
+    assert result == "wrong" and "this machine's choice is cuda:0" in message
+    result, message = outcome(ep03.q2, "cuda", model, xb)
+    assert result == "wrong" and "parameters are on cpu" in message
+
+    class ModelOnGPU(torch.nn.Module):  # parameters that report cuda:0, with no GPU present
+        def parameters(self, recurse=True):
+            yield SimpleNamespace(device=torch.device("cuda", 0), shape=(64, X_TRAIN.shape[1]), ndim=2)
+
+    result, message = outcome(ep03.q2, torch.device("cuda", 0), ModelOnGPU(), xb)
+    assert result == "wrong" and "your tensor is on cpu; the selected device is cuda:0" in message
+    assert "xb.to(device)" in message
 
 
 def test_q2_wrong_shape_and_types():

@@ -117,3 +117,23 @@ def test_images_show_in_colab_and_match_their_source(path):
                                        cell.source):
             assert base64.b64decode(data) == (ROOT / source).read_bytes(), (
                 f"cell {i}: the embedded image differs from {source}; re-embed it")
+
+
+FIGURE_CALL = re.compile(r"plt\.(show|subplots|figure)\(|\.plot\(ax=")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_every_figure_cell_has_alt_text(path):
+    """The website shows output figures with the cell's `mystnb.image.alt` as alt text."""
+    for i, cell in enumerate(_nb(path).cells):
+        if cell.cell_type == "code" and FIGURE_CALL.search(cell.source):
+            alt = cell.metadata.get("mystnb", {}).get("image", {}).get("alt", "")
+            assert len(alt.split()) >= 6, (f"cell {i} draws a figure but has no alt text saying what it shows: "
+                                           "set metadata mystnb.image.alt")
+
+
+@pytest.mark.parametrize("path", EPISODES, ids=[p.name for p in EPISODES])
+def test_episode_links_to_its_exercises_and_solutions(path):
+    text = "\n".join(c.source for c in _nb(path).cells if c.cell_type == "markdown")
+    for kind in ("exercises", "solutions"):
+        assert f"](../{kind}/{path.name})" in text, f"{path.name} does not link to ../{kind}/{path.name}"

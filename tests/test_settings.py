@@ -35,3 +35,33 @@ def test_data_dir_env_and_default(monkeypatch, tmp_path):
     monkeypatch.delenv("GPUCOURSE_DATA")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert settings.data_dir() == tmp_path / "xdg" / "gpucourse"
+
+
+def test_real_data_required_refuses_every_stand_in(monkeypatch, tmp_path):
+    from gpucourse.data import atlas, cifar
+
+    monkeypatch.setenv("GPUCOURSE_DATA", str(tmp_path))
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "1")
+    monkeypatch.setenv("GPUCOURSE_REQUIRE_REAL_DATA", "1")
+    with pytest.raises(settings.StandInRefused, match="ATLAS Open Data could not be used .*offline"):
+        atlas.load_4lep(100)
+    with pytest.raises(settings.StandInRefused, match="CIFAR-10 could not be used"):
+        cifar.load_cifar10()
+    assert not list(tmp_path.rglob("*.root")), "a stand-in was written although it was refused"
+    monkeypatch.setenv("GPUCOURSE_REQUIRE_REAL_DATA", "0")
+    assert cifar.load_cifar10(stand_in_sizes=(20, 10)).is_stand_in
+
+
+def test_real_data_required_refuses_the_fallback_after_a_failed_download(monkeypatch, tmp_path):
+    from gpucourse.data import atlas
+    from gpucourse.data.download import DownloadError
+
+    def no_network(**kwargs):
+        raise DownloadError("no network: could not resolve the host")
+
+    monkeypatch.setenv("GPUCOURSE_DATA", str(tmp_path))
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
+    monkeypatch.setenv("GPUCOURSE_REQUIRE_REAL_DATA", "1")
+    monkeypatch.setattr(atlas, "real_files", no_network)
+    with pytest.raises(settings.StandInRefused, match="no network"):
+        atlas.load_4lep(100)

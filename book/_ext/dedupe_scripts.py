@@ -5,6 +5,10 @@ inline configuration script twice (once with filename None, once with ''), and
 its ``const THEBE_JS_URL = ...`` then fails in the browser with "Identifier
 'THEBE_JS_URL' has already been declared". Removing exact duplicates fixes it
 without patching either package.
+
+The list is edited in place: extensions that run later in the same event
+(MathJax adds its scripts there, on pages with maths) append to this very list,
+and a replaced list would silently lose them.
 """
 
 
@@ -19,7 +23,7 @@ def _dedupe(app, pagename, templatename, context, doctree):
         if key not in seen:
             seen.add(key)
             unique.append(js)
-    context["script_files"] = unique
+    scripts[:] = unique
 
 
 def setup(app):

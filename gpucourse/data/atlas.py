@@ -778,6 +778,7 @@ def load_4lep(n_per_class: int | None = None, *, source: str = "auto", timeout: 
     files, standin = None, source == "standin"
     if source in ("auto", "atlas"):
         if settings.offline() and source == "auto":
+            settings.allow_stand_in("ATLAS Open Data", "offline mode, GPUCOURSE_OFFLINE=1")
             print("Offline mode (GPUCOURSE_OFFLINE=1): using the generated stand-in, not real ATLAS data.")
             standin = True
         else:
@@ -786,6 +787,7 @@ def load_4lep(n_per_class: int | None = None, *, source: str = "auto", timeout: 
             except DownloadError as exc:
                 if source == "atlas":
                     raise
+                settings.allow_stand_in("ATLAS Open Data", str(exc))
                 print(f"Could not get the ATLAS Open Data files ({exc}).\n"
                       "Using the generated stand-in instead (same schema, NOT real ATLAS data).")
                 standin = True

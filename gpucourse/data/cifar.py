@@ -159,6 +159,7 @@ def load_cifar10(*, offline: bool | None = None, timeout: float = 60.0,
     if offline is None:
         offline = settings.offline()
     if offline:
+        settings.allow_stand_in("CIFAR-10", "offline mode")
         print("Offline mode (GPUCOURSE_OFFLINE=1): not downloading CIFAR-10.")
         return stand_in(*stand_in_sizes, seed=seed)
     for attempt in (1, 2):
@@ -172,6 +173,7 @@ def load_cifar10(*, offline: bool | None = None, timeout: float = 60.0,
                       "The cache looks corrupt: removing it and downloading again.")
                 clear_keras_cache()
                 continue
+            settings.allow_stand_in("CIFAR-10", reason)
             print(f"Could not load CIFAR-10 ({reason}).\n"
                   "Check the internet connection (in Colab: Runtime → Restart session, then run "
                   "again), or set GPUCOURSE_OFFLINE=1. Using the offline stand-in instead.")

@@ -1,0 +1,1 @@
+"""Exercise checks, one module per episode: ``from gpucourse.checks import ep01``."""

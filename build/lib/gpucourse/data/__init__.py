@@ -1,0 +1,1 @@
+"""Data sets used by the episodes: download, cache, and offline stand-ins."""

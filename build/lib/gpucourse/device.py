@@ -1,0 +1,176 @@
+"""What hardware do PyTorch and TensorFlow see?
+
+``report()`` gathers the facts a learner needs before training on a GPU and
+``print_report()`` shows them, with a banner explaining how to get a GPU when
+there is none. Neither framework is imported unless it is installed, and
+TensorFlow is only *listed*, never initialised, so that memory growth can
+still be switched on afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+GIB = 1024**3
+
+COLAB_GPU_STEPS = (
+    "In Google Colab: Runtime → Change runtime type → Hardware accelerator: "
+    "a GPU (for example T4) → Save, then Runtime → Run all."
+)
+
+
+@dataclass
+class GPUInfo:
+    """One GPU as a framework sees it."""
+
+    index: int
+    name: str
+    memory_gib: float | None = None
+    compute_capability: str | None = None
+
+
+@dataclass
+class FrameworkReport:
+    """What one framework (PyTorch or TensorFlow) sees."""
+
+    framework: str
+    version: str | None
+    installed: bool
+    gpus: list[GPUInfo] = field(default_factory=list)
+    cuda: str | None = None
+    cudnn: str | None = None
+    note: str | None = None
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+
+def in_colab() -> bool:
+    """True inside a Google Colab runtime."""
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def torch_report() -> FrameworkReport:
+    """GPUs, CUDA and cuDNN as PyTorch sees them (empty if torch is missing)."""
+    if not _installed("torch"):
+        return FrameworkReport("PyTorch", None, installed=False, note="torch is not installed")
+    import torch
+
+    rep = FrameworkReport("PyTorch", torch.__version__, installed=True)
+    rep.cuda = torch.version.cuda or (f"ROCm/HIP {torch.version.hip}" if torch.version.hip else None)
+    if torch.backends.cudnn.is_available():
+        rep.cudnn = str(torch.backends.cudnn.version())
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            rep.gpus.append(
+                GPUInfo(i, props.name, props.total_memory / GIB, f"{props.major}.{props.minor}")
+            )
+    elif getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        rep.note = "Apple-silicon GPU available as device 'mps' (not CUDA)"
+    elif rep.cuda is None:
+        rep.note = "this is a CPU-only build of PyTorch"
+    return rep
+
+
+def tensorflow_report() -> FrameworkReport:
+    """GPUs, CUDA and cuDNN as TensorFlow sees them (empty if TF is missing).
+
+    Only lists devices: the GPU runtime is not initialised, so
+    ``tf.config.experimental.set_memory_growth`` can still be called later.
+    """
+    if not _installed("tensorflow"):
+        return FrameworkReport("TensorFlow", None, installed=False, note="tensorflow is not installed")
+    from .frameworks import import_tensorflow
+
+    tf = import_tensorflow()
+
+    rep = FrameworkReport("TensorFlow", tf.__version__, installed=True)
+    build = tf.sysconfig.get_build_info()
+    rep.cuda = build.get("cuda_version")
+    rep.cudnn = build.get("cudnn_version")
+    for i, dev in enumerate(tf.config.list_physical_devices("GPU")):
+        details = tf.config.experimental.get_device_details(dev)
+        cc = details.get("compute_capability")
+        rep.gpus.append(
+            GPUInfo(i, details.get("device_name", dev.name), None,
+                    f"{cc[0]}.{cc[1]}" if cc else None)
+        )
+    if not build.get("is_cuda_build"):
+        rep.note = "this TensorFlow build has no CUDA support"
+    return rep
+
+
+def nvidia_smi() -> str | None:
+    """Output of ``nvidia-smi``, or None when the tool is not on this machine."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"nvidia-smi failed: {exc}"
+    return done.stdout if done.returncode == 0 else f"nvidia-smi failed: {done.stderr.strip()}"
+
+
+def report(frameworks=("torch", "tensorflow")) -> list[FrameworkReport]:
+    """Reports for the requested frameworks, in order."""
+    makers = {"torch": torch_report, "tensorflow": tensorflow_report}
+    unknown = [f for f in frameworks if f not in makers]
+    if unknown:
+        raise ValueError(f"Unknown framework(s) {unknown}; choose from {sorted(makers)}.")
+    return [makers[f]() for f in frameworks]
+
+
+def no_gpu_banner() -> str:
+    """The message shown when no framework sees a GPU."""
+    where = (
+        COLAB_GPU_STEPS
+        if in_colab()
+        else "On your own machine: install a GPU build (see the course's Setup page) "
+        "or open this notebook in Google Colab with a GPU runtime."
+    )
+    return (
+        "⚠ NO GPU FOUND — everything below runs on the CPU, at reduced size.\n"
+        f"  To use a GPU: {where}"
+    )
+
+
+def format_report(reports: list[FrameworkReport]) -> str:
+    """Human-readable text for ``report()``'s result."""
+    lines = [f"Python {sys.version.split()[0]} · {'Google Colab' if in_colab() else 'not Colab'}"]
+    for rep in reports:
+        if not rep.installed:
+            lines.append(f"{rep.framework}: not installed")
+            continue
+        head = f"{rep.framework} {rep.version}: {rep.gpu_count} GPU(s)"
+        head += f" · CUDA {rep.cuda or '-'} · cuDNN {rep.cudnn or '-'}"
+        lines.append(head)
+        for gpu in rep.gpus:
+            mem = f"{gpu.memory_gib:.1f} GiB" if gpu.memory_gib is not None else "memory n/a"
+            lines.append(
+                f"  [{gpu.index}] {gpu.name} · {mem} · compute capability {gpu.compute_capability or '?'}"
+            )
+        if rep.note:
+            lines.append(f"  note: {rep.note}")
+    if not any(rep.gpu_count for rep in reports):
+        lines.append("")
+        lines.append(no_gpu_banner())
+    return "\n".join(lines)
+
+
+def print_report(frameworks=("torch", "tensorflow")) -> list[FrameworkReport]:
+    """Print the device report (with the no-GPU banner if needed) and return it."""
+    reports = report(frameworks)
+    print(format_report(reports))
+    return reports

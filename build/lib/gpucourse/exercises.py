@@ -1,0 +1,182 @@
+"""Checked exercises with feedback that teaches.
+
+An exercise notebook fills in a stub such as ``device = ____`` and calls
+``q1.check(device)``. The check prints one of
+
+* ``✓ Correct`` and a sentence on why,
+* ``✗ Not yet`` and what exactly is wrong with the answer,
+* ``○ Not done`` while the stub is still untouched.
+
+It never lets a traceback from the learner's answer escape: an answer that
+breaks the checker is reported as wrong, with the error. ``q1.hint()`` prints a
+hint; the worked answer is in the matching notebook under ``solutions/``.
+
+When ``GPUCOURSE_CHECK_LOG`` names a file, every check appends one JSON line
+(exercise, outcome, working directory) to it; the test suite uses this to
+prove that each solution passes and each untouched stub is reported not done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Callable
+
+
+class _Blank:
+    """The placeholder learners replace: ``answer = ____``."""
+
+    def __repr__(self) -> str:
+        return "____"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __call__(self, *args, **kwargs):
+        raise NotDone("you are calling the placeholder ____; replace it with your code.")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NotDone(f"you used ____.{name}; replace ____ with your code first.")
+
+
+____ = _Blank()
+
+
+class Wrong(Exception):
+    """Raised by a checker: the answer is wrong; the message says how."""
+
+
+class NotDone(Exception):
+    """Raised by a checker: the learner has not answered yet."""
+
+
+def is_blank(value) -> bool:
+    """True if ``value`` is the placeholder ``____`` (the learner has not answered)."""
+    return isinstance(value, _Blank)
+
+
+def _contains_blank(value, depth: int = 0) -> bool:
+    if is_blank(value):
+        return True
+    if depth < 3 and isinstance(value, (list, tuple, set)):
+        return any(_contains_blank(v, depth + 1) for v in value)
+    if depth < 3 and isinstance(value, dict):
+        return any(_contains_blank(v, depth + 1) for v in value.values())
+    return False
+
+
+def _log(exercise: str, outcome: str) -> None:
+    path = os.environ.get("GPUCOURSE_CHECK_LOG")
+    if not path:
+        return
+    record = {"exercise": exercise, "outcome": outcome, "cwd": os.getcwd(), "time": time.time()}
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+class Exercise:
+    """One checked exercise.
+
+    Parameters
+    ----------
+    name : str
+        Identifier such as ``"ep01.q1"``; shown in messages and logs.
+    checker : callable
+        ``checker(*answers)`` raises ``Wrong`` or ``NotDone`` with a message,
+        or returns a short sentence to show with the ✓.
+    hint : str
+        Printed by ``hint()``.
+    solution : str
+        Where the full answer is; printed by ``solution()``.
+    """
+
+    def __init__(self, name: str, checker: Callable[..., str | None], hint: str, solution: str):
+        self.name = name
+        self._checker = checker
+        self._hint = hint
+        self._solution = solution
+
+    def outcome(self, *answers) -> tuple[str, str]:
+        """Check without printing: ``(outcome, message)``.
+
+        ``outcome`` is ``"correct"``, ``"wrong"`` or ``"not-done"``.
+        """
+        if not answers or any(_contains_blank(a) for a in answers):
+            return "not-done", "replace every ____ with your answer, run the cell, then check again."
+        try:
+            message = self._checker(*answers)
+        except NotDone as exc:
+            return "not-done", str(exc)
+        except Wrong as exc:
+            return "wrong", str(exc)
+        except Exception as exc:  # the learner's answer broke the checker
+            return "wrong", (f"checking your answer raised {type(exc).__name__}: {exc}. "
+                             "Look at the type and shape of what you passed to check().")
+        return "correct", message or ""
+
+    def check(self, *answers) -> None:
+        """Check the answer(s) and print feedback (✓ correct, ✗ not yet, ○ not done)."""
+        outcome, message = self.outcome(*answers)
+        _log(self.name, outcome)
+        symbol = {"correct": "✓ Correct", "wrong": "✗ Not yet", "not-done": "○ Not done"}[outcome]
+        print(f"{symbol} ({self.name})" + (f": {message}" if message else ""))
+
+    def hint(self) -> None:
+        """Print a hint."""
+        print(f"Hint ({self.name}): {self._hint}")
+
+    def solution(self) -> None:
+        """Say where the worked solution is."""
+        print(f"Solution ({self.name}): {self._solution}")
+
+    def __repr__(self) -> str:
+        return f"Exercise({self.name!r})"
+
+
+def require_answer(value, what: str):
+    """Return ``value``; raise ``NotDone`` if it is still the placeholder or None.
+
+    Use it on what a learner's function returned: ``require_answer(f(x), "f(x)")``.
+    """
+    if value is None:
+        raise NotDone(f"{what} returned None: did you forget `return`?")
+    if _contains_blank(value):
+        raise NotDone(f"{what} still returns ____: replace it with your code.")
+    return value
+
+
+def call_answer(fn, *args, what: str):
+    """Call a learner's function: its errors become ``Wrong``, a stub result ``NotDone``.
+
+    ``what`` describes the call in messages, e.g. ``"matmul_tflops(512, 1.0)"``.
+    """
+    try:
+        result = fn(*args)
+    except (NotDone, Wrong):
+        raise
+    except Exception as exc:
+        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+    return require_answer(result, what)
+
+
+def solution_link(notebook: str) -> str:
+    """Text pointing at a notebook in ``solutions/``."""
+    return f"see solutions/{notebook} (also in the course website's Solutions section)."
+
+
+def expect_close(name: str, value, expected: float, rel: float = 0.05, unit: str = "") -> None:
+    """Raise ``Wrong`` unless the number ``value`` is within ``rel`` of ``expected``."""
+    try:
+        got = float(value)
+    except (TypeError, ValueError):
+        raise Wrong(f"{name} should be a number, got {type(value).__name__} {value!r}.") from None
+    if expected == 0:
+        ok = abs(got) <= rel
+    else:
+        ok = abs(got - expected) <= rel * abs(expected)
+    if not ok:
+        raise Wrong(f"{name} is {got:.4g}{unit}, expected about {expected:.4g}{unit} "
+                    f"(within {rel:.0%}).")
