@@ -1,1 +1,0 @@
-"""Exercise checks, one module per episode: ``from gpucourse.checks import ep01``."""

@@ -1,1 +1,0 @@
-"""Data sets used by the episodes: download, cache, and offline stand-ins."""
