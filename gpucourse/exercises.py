@@ -68,13 +68,23 @@ def _contains_blank(value, depth: int = 0) -> bool:
     return False
 
 
+_log_warned: set[str] = set()
+
+
 def _log(exercise: str, outcome: str) -> None:
+    """Append the outcome to ``GPUCOURSE_CHECK_LOG``; a log that cannot be written never hides feedback."""
     path = os.environ.get("GPUCOURSE_CHECK_LOG")
     if not path:
         return
     record = {"exercise": exercise, "outcome": outcome, "cwd": os.getcwd(), "time": time.time()}
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record) + "\n")
+    try:
+        with open(os.path.expanduser(path), "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+    except OSError as exc:
+        if path not in _log_warned:
+            _log_warned.add(path)
+            print(f"(GPUCOURSE_CHECK_LOG={path} cannot be written: {exc.strerror or exc}; "
+                  "check results are not logged. Unset it, or point it at a writable file.)")
 
 
 class Exercise:
@@ -120,9 +130,9 @@ class Exercise:
     def check(self, *answers) -> None:
         """Check the answer(s) and print feedback (✓ correct, ✗ not yet, ○ not done)."""
         outcome, message = self.outcome(*answers)
-        _log(self.name, outcome)
         symbol = {"correct": "✓ Correct", "wrong": "✗ Not yet", "not-done": "○ Not done"}[outcome]
         print(f"{symbol} ({self.name})" + (f": {message}" if message else ""))
+        _log(self.name, outcome)
 
     def hint(self) -> None:
         """Print a hint."""
@@ -167,12 +177,33 @@ def solution_link(notebook: str) -> str:
     return f"see solutions/{notebook} (also in the course website's Solutions section)."
 
 
+def as_number(name: str, value) -> float:
+    """``value`` as a finite float; ``Wrong`` for text, booleans, arrays, NaN and infinities.
+
+    ``float("0.06")`` would accept the text ``"0.06"``; a check asking for a
+    number must not.
+    """
+    import math
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        if getattr(value, "ndim", None) == 0 and not isinstance(value, (str, bytes)):
+            value = value.item()  # a NumPy or PyTorch scalar
+        else:
+            kind = type(value).__name__
+            extra = " (text in quotes is not a number: drop the quotes)" if isinstance(value, str) else ""
+            raise Wrong(f"{name} should be a number, got {kind} {value!r}{extra}.")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise Wrong(f"{name} should be a number, got {type(value).__name__} {value!r}.")
+    got = float(value)
+    if not math.isfinite(got):
+        raise Wrong(f"{name} is {got}; expected a finite number.")
+    return got
+
+
 def expect_close(name: str, value, expected: float, rel: float = 0.05, unit: str = "") -> None:
     """Raise ``Wrong`` unless the number ``value`` is within ``rel`` of ``expected``."""
-    try:
-        got = float(value)
-    except (TypeError, ValueError):
-        raise Wrong(f"{name} should be a number, got {type(value).__name__} {value!r}.") from None
+    got = as_number(name, value)
     if expected == 0:
         ok = abs(got) <= rel
     else:

@@ -1,6 +1,8 @@
 """The exercise framework itself: outcomes, messages, logging."""
 import json
 
+import pytest
+
 from gpucourse.exercises import Exercise, NotDone, Wrong, ____, expect_close, require_answer
 
 
@@ -88,3 +90,26 @@ def test_call_answer_turns_errors_into_feedback():
             assert "f(1)" in str(exc)
         else:
             raise AssertionError(f"expected {kind.__name__}")
+
+
+def test_an_unwritable_check_log_never_hides_feedback(monkeypatch, tmp_path, capsys):
+    from gpucourse.exercises import Exercise
+
+    exercise = Exercise("demo.q1", lambda x: "fine.", hint="", solution="")
+    monkeypatch.setenv("GPUCOURSE_CHECK_LOG", str(tmp_path))  # a directory, not a file
+    exercise.check(1)
+    exercise.check(2)
+    out = capsys.readouterr().out
+    assert out.count("✓ Correct (demo.q1): fine.") == 2
+    assert out.count("cannot be written") == 1, "the log problem should be reported once, not per check"
+
+
+def test_as_number_refuses_text_and_booleans():
+    import numpy as np
+
+    from gpucourse.exercises import Wrong, as_number
+
+    assert as_number("t", np.float32(0.5)) == 0.5
+    for bad in ("0.06", True, [1.0], float("inf"), None):
+        with pytest.raises(Wrong, match="t "):
+            as_number("t", bad)
