@@ -26,6 +26,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 os.environ.setdefault("GPUCOURSE_QUICK", "1")
 os.environ.setdefault("GPUCOURSE_OFFLINE", "1")
 os.environ.setdefault("GPUCOURSE_DATA", str(ROOT / "_build" / "test-data"))
+# Made absolute once, here, so that every notebook kernel (each in its own folder) means the same one.
+os.environ["GPUCOURSE_DATA"] = str(Path(os.path.expanduser(os.environ["GPUCOURSE_DATA"])).absolute())
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -110,16 +110,28 @@ def describe_mode(mode: str) -> str:
 
 
 def data_dir() -> Path:
-    """Directory for downloads and caches, created if needed.
+    """The configured directory for downloads and caches (not created here).
 
-    ``GPUCOURSE_DATA`` wins; otherwise ``$XDG_CACHE_HOME/gpucourse`` or
-    ``~/.cache/gpucourse``.
+    ``GPUCOURSE_DATA`` wins, with ``~`` and ``$VARIABLES`` expanded; otherwise
+    ``$XDG_CACHE_HOME/gpucourse`` or ``~/.cache/gpucourse``. Use
+    ``gpucourse.data.cache.root()`` to get a folder that is known to work.
+
+    Raises
+    ------
+    ValueError
+        If ``GPUCOURSE_DATA`` is relative (each notebook would read it against
+        its own folder) or names a variable that is not set.
     """
-    configured = os.environ.get("GPUCOURSE_DATA")
+    configured = os.environ.get("GPUCOURSE_DATA", "").strip()
     if configured:
-        path = Path(configured).expanduser()
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        path = Path(base) / "gpucourse"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+        expanded = os.path.expandvars(os.path.expanduser(configured))
+        if "$" in expanded:
+            raise ValueError(f"GPUCOURSE_DATA={configured!r} names an environment variable that is not set.")
+        path = Path(expanded)
+        if not path.is_absolute():
+            raise ValueError(f"GPUCOURSE_DATA={configured!r} is a relative path, which would mean a different "
+                             "folder for every notebook's working directory. Use an absolute path, "
+                             "e.g. GPUCOURSE_DATA=~/gpucourse-data.")
+        return path
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser().absolute() / "gpucourse"

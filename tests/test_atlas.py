@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
+import zlib
 from pathlib import Path
 
 import awkward as ak
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 import uproot
 
-from gpucourse.data import atlas, download
+from gpucourse.data import atlas, atlas_sources, atlas_standin, cache, download
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +58,7 @@ GOOD = [(*lepton(E1, 0.0, 0.0), +1, 11), (*lepton(E1, 0.0, np.pi), -1, 11),
 # --- schema of the stand-in ---------------------------------------------------------
 
 def test_standin_file_has_the_release_schema(tmp_path):
-    path = atlas.write_standin_file(tmp_path / "s.root", "signal", 500, seed=1)
+    path = atlas_standin.write_standin_file(tmp_path / "s.root", "signal", 500, seed=1)
     with uproot.open(path) as f:
         assert atlas.TREE in f
         tree = f[atlas.TREE]
@@ -73,12 +72,12 @@ def test_standin_file_has_the_release_schema(tmp_path):
     leading = ak.to_numpy(ak.max(events["lep_pt"], axis=1))
     assert leading.min() > 25_000  # MeV, like the release's 4lep skim
     assert ak.all(events["lep_n"] >= 4)
-    assert atlas._cache_problem(path) is None  # written with a checksum record
+    assert cache.problem(path) is None  # written with a checksum record
 
 
 def test_standin_physics():
-    sig = atlas.generate_standin_events("signal", 4000, seed=3)
-    bkg = atlas.generate_standin_events("background", 4000, seed=3)
+    sig = atlas_standin.generate_standin_events("signal", 4000, seed=3)
+    bkg = atlas_standin.generate_standin_events("background", 4000, seed=3)
     assert len(sig["counts"]) == 4000 and sig["lep_pt"].size == sig["counts"].sum()
     feats = {}
     for name, data in (("signal", sig), ("background", bkg)):
@@ -99,8 +98,8 @@ def test_standin_physics():
 
 
 def test_standin_is_reproducible():
-    a = atlas.generate_standin_events("background", 300, seed=7)
-    b = atlas.generate_standin_events("background", 300, seed=7)
+    a = atlas_standin.generate_standin_events("background", 300, seed=7)
+    b = atlas_standin.generate_standin_events("background", 300, seed=7)
     assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
@@ -175,7 +174,7 @@ def test_missing_tree_and_not_root(tmp_path):
 
 
 def test_gev_file_is_rejected_with_units_in_the_message(tmp_path):
-    path = atlas.write_standin_file(tmp_path / "s.root", "signal", 200)
+    path = atlas_standin.write_standin_file(tmp_path / "s.root", "signal", 200)
     events = atlas.read_events(path)
     gev = {name: events[name] for name in atlas.BRANCHES if name != "lep_n"}
     gev["lep_pt"] = events["lep_pt"] / 1000.0
@@ -194,7 +193,7 @@ def test_no_events_passing_is_a_clear_error(tmp_path):
 
 
 def test_truncated_root_file_is_a_schema_error(tmp_path):
-    path = atlas.write_standin_file(tmp_path / "s.root", "signal", 2000)
+    path = atlas_standin.write_standin_file(tmp_path / "s.root", "signal", 2000)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(atlas.SchemaError):
@@ -204,7 +203,7 @@ def test_truncated_root_file_is_a_schema_error(tmp_path):
 # --- caching -------------------------------------------------------------------------------
 
 def test_feature_table_is_cached(tmp_path, monkeypatch, private_cache):
-    path = atlas.write_standin_file(tmp_path / "s.root", "signal", 800)
+    path = atlas_standin.write_standin_file(tmp_path / "s.root", "signal", 800)
     X1, cut1 = atlas.cached_features(path)
     cached = list((private_cache / "atlas-4lep" / "features").glob("*.npz"))
     assert len(cached) == 1
@@ -219,27 +218,27 @@ def test_feature_table_is_cached(tmp_path, monkeypatch, private_cache):
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
 def test_corrupt_feature_cache_is_detected_and_rebuilt(tmp_path, capsys, private_cache, damage):
-    path = atlas.write_standin_file(tmp_path / "s.root", "signal", 800)
+    path = atlas_standin.write_standin_file(tmp_path / "s.root", "signal", 800)
     X1, _ = atlas.cached_features(path)
-    (cache,) = (private_cache / "atlas-4lep" / "features").glob("*.npz")
-    data = bytearray(cache.read_bytes())
+    (table,) = (private_cache / "atlas-4lep" / "features").glob("*.npz")
+    data = bytearray(table.read_bytes())
     if damage == "truncate":
-        cache.write_bytes(bytes(data[: len(data) // 3]))
+        table.write_bytes(bytes(data[: len(data) // 3]))
     else:
         data[len(data) // 2] ^= 0xFF
-        cache.write_bytes(bytes(data))
+        table.write_bytes(bytes(data))
     X2, _ = atlas.cached_features(path)
     assert "not usable" in capsys.readouterr().out
     assert np.array_equal(X1, X2)
-    assert atlas._cache_problem(cache) is None
+    assert cache.problem(table) is None
 
 
 def test_corrupt_standin_is_rewritten(capsys):
-    paths = atlas.standin_files(1000, seed=0)
+    paths = atlas_standin.standin_files(1000, seed=0)
     signal = paths["signal"]
     good = atlas.read_events(signal)
     signal.write_bytes(signal.read_bytes()[:1000])
-    again = atlas.standin_files(1000, seed=0)
+    again = atlas_standin.standin_files(1000, seed=0)
     assert "not usable" in capsys.readouterr().out
     assert ak.array_equal(atlas.read_events(again["signal"]), good)
 
@@ -275,134 +274,128 @@ def test_offline_and_atlas_only_raises():
         atlas.load_4lep(10, source="atlas")
 
 
-def test_cached_real_files_need_no_network(private_cache, tmp_path):
-    folder = private_cache / "atlas-4lep" / atlas.RELEASE
-    for key, sample in atlas.SAMPLES.items():  # pretend a previous run downloaded them
-        atlas.write_standin_file(folder / sample.filename, key, 700)
-    data = atlas.load_4lep(200, source="atlas")  # offline, yet it works
-    assert not data.standin and "ATLAS Open Data" in data.summary() and "CC0" in data.summary()
-
-
-def test_truncated_download_in_cache_is_detected(private_cache, capsys):
-    folder = private_cache / "atlas-4lep" / atlas.RELEASE
+@pytest.fixture
+def fake_record(tmp_path, monkeypatch):
+    """Stand-in files posing as the record's files: pinned sizes and Adler-32 of these bytes."""
+    bodies, pins = {}, {}
     for key, sample in atlas.SAMPLES.items():
-        atlas.write_standin_file(folder / sample.filename, key, 700)
+        path = atlas_standin.write_standin_file(tmp_path / "record" / sample.filename, key, 700)
+        body = path.read_bytes()
+        bodies[sample.filename] = body
+        pins[sample.dsid] = atlas_sources.PinnedFile(sample.filename, len(body),
+                                                     f"{zlib.adler32(body) & 0xFFFFFFFF:08x}")
+    monkeypatch.setattr(atlas_sources, "FILES", pins)
+    return bodies
+
+
+def test_cached_real_files_need_no_network(private_cache, fake_record):
+    folder = private_cache / "atlas-4lep" / atlas.RELEASE
+    for name, body in fake_record.items():  # as a previous run left them
+        with cache.lock(folder / name):
+            cache.write_bytes(folder / name, body)
+    data = atlas.load_4lep(200, source="atlas")  # offline, yet it works
+    summary = data.summary()
+    assert not data.standin and "ATLAS Open Data" in summary and "CC0" in summary
+    assert atlas_sources.DOI in summary and "educational purposes" in summary
+
+
+def test_truncated_download_in_cache_is_detected(private_cache, fake_record, capsys):
+    folder = private_cache / "atlas-4lep" / atlas.RELEASE
+    for name, body in fake_record.items():
+        with cache.lock(folder / name):
+            cache.write_bytes(folder / name, body)
     victim = folder / atlas.SAMPLES["signal"].filename
     victim.write_bytes(victim.read_bytes()[:5000])
     with pytest.raises(download.OfflineError):
-        atlas.real_files()
+        atlas_sources.real_files()
     assert "not usable" in capsys.readouterr().out
     assert not victim.exists()  # the damaged copy is gone, not used
 
 
+def test_a_file_that_differs_from_the_record_is_refused(private_cache, fake_record, monkeypatch):
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
+    served = []
+
+    def fake_fetch(url, dest, **expected):  # every address serves an older version of the file
+        served.append(url)
+        raise download.DownloadError(f"downloaded {url}, but 1,000 bytes instead of {expected['size']:,}")
+
+    monkeypatch.setattr(atlas_sources, "fetch", fake_fetch)
+    with pytest.raises(download.DownloadError, match=r"(?s)could not get .*instead of"):
+        atlas_sources.real_files(verbose=False)
+    assert len(served) == len(atlas_sources.LOCATIONS)  # each address was tried, in order
+    assert served[0].startswith("https://opendata.cern.ch/record/15005/files/")
+
+
+def test_no_network_stops_at_the_first_address(private_cache, monkeypatch):
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
+    served = []
+
+    def offline_host(url, dest, **expected):
+        served.append(url)
+        raise download.NetworkError("no network: the name opendata.cern.ch could not be looked up.")
+
+    monkeypatch.setattr(atlas_sources, "fetch", offline_host)
+    with pytest.raises(download.DownloadError, match="no network"):
+        atlas_sources.real_files(verbose=False)
+    assert len(served) == 1, "the other addresses are on the same host: trying them only costs time"
+
+
 def test_download_failure_falls_back_to_standin(monkeypatch, capsys, private_cache):
     monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
-    monkeypatch.setattr(atlas, "lookup_urls", lambda sample, timeout: [f"https://example.invalid/{sample.filename}"])
-    monkeypatch.setattr(atlas, "MIRRORS", ())
 
-    def refuse(*args, **kwargs):
-        raise urllib.error.URLError("network is unreachable")
+    def offline_host(url, dest, **expected):
+        raise download.NetworkError("no network: the name opendata.cern.ch could not be looked up.")
 
-    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    monkeypatch.setattr(atlas_sources, "fetch", offline_host)
     data = atlas.load_4lep(200)
     out = capsys.readouterr().out
-    assert "Could not get the ATLAS Open Data files" in out and "stand-in" in out
+    assert "Could not get the ATLAS Open Data files" in out and "stand-in" in out and "no network" in out
     assert data.standin
     real = private_cache / "atlas-4lep" / atlas.RELEASE
-    assert not real.exists() or not any(real.iterdir())  # nothing half-written left behind
+    assert not real.exists() or not [p for p in real.iterdir() if not p.name.endswith(".lock")]
 
 
-def test_stalled_server_times_out_and_leaves_no_partial_file(monkeypatch, private_cache):
+def test_real_files_download_verify_and_cache(private_cache, fake_record, monkeypatch, tmp_path):
+    """Through the real fetch, from a local HTTPS server standing in for the portal."""
+    from faultserver import FaultServer
+
     monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
-    monkeypatch.setattr(atlas, "lookup_urls", lambda sample, timeout: [f"https://example.invalid/{sample.filename}"])
-    monkeypatch.setattr(atlas, "MIRRORS", ())
-
-    class Stalling:
-        headers = {"Content-Length": "1000000"}
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def __init__(self):
-            self.calls = 0
-
-        def read(self, n):
-            self.calls += 1
-            if self.calls == 1:
-                return b"root" * 100
-            raise TimeoutError("The read operation timed out")
-
-    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: Stalling())
-    with pytest.raises(download.DownloadError, match="Could not get"):
-        atlas.real_files(timeout=1)
-    real = private_cache / "atlas-4lep" / atlas.RELEASE
-    assert not any(p.is_file() for p in real.rglob("*"))
+    with FaultServer(tmp_path) as server:
+        server.files.update(fake_record)
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(server.ca_file))
+        base = server.url("ok", "")
+        monkeypatch.setattr(atlas_sources, "LOCATIONS", (server.url("missing", ""), base))
+        paths = atlas_sources.real_files(timeout=30, verbose=False)
+        assert all(cache.problem(p) is None for p in paths.values())
+        assert [r.split("/")[1] for r in server.requests] == ["missing", "ok", "missing", "ok"]
+        again = atlas_sources.real_files(timeout=30, verbose=False)
+        assert again == paths and len(server.requests) == 4  # the cache was used
 
 
-def test_url_lookup_gives_up_after_timeout(monkeypatch, capsys):
-    import atlasopenmagic
-
-    monkeypatch.setattr(atlasopenmagic, "get_current_release", lambda: atlas.RELEASE)
-    monkeypatch.setattr(atlasopenmagic, "get_urls", lambda *a, **k: time.sleep(30))
-    start = time.perf_counter()
-    urls = atlas.release_urls(atlas.SAMPLES["signal"], timeout=0.5)
-    assert time.perf_counter() - start < 5
-    assert "failed" in capsys.readouterr().out
-    assert urls == [m + atlas.SAMPLES["signal"].filename for m in atlas.MIRRORS]
-
-
-def test_url_lookup_result_is_used_first(monkeypatch):
-    import atlasopenmagic
-
-    name = atlas.SAMPLES["background"].filename
-    monkeypatch.setattr(atlasopenmagic, "get_current_release", lambda: atlas.RELEASE)
-    monkeypatch.setattr(atlasopenmagic, "get_urls", lambda *a, **k: [
-        f"root://eospublic.cern.ch//eos/opendata/atlas/somewhere/{name}", "root://eospublic.cern.ch//eos/x/other.root"])
-    urls = atlas.release_urls(atlas.SAMPLES["background"], timeout=5)
-    assert urls[0] == f"https://opendata.cern.ch/eos/opendata/atlas/somewhere/{name}"
-    assert all(u.startswith("https://") and u.endswith(name) for u in urls)
-
-
-def test_pinned_urls_name_the_release_files():
+def test_pinned_files_match_record_15005():
+    """The addresses, sizes and Adler-32 checksums the record lists (CERN Open Data, record 15005)."""
     sig, bkg = atlas.SAMPLES["signal"], atlas.SAMPLES["background"]
     assert (sig.dsid, sig.name, sig.label) == (345060, "ggH125_ZZ4lep", 1)
     assert (bkg.dsid, bkg.name, bkg.label) == (363490, "llll", 0)
-    assert sig.filename == "mc_345060.ggH125_ZZ4lep.4lep.root"
-    assert all(m.startswith("https://") and m.endswith("/4lep/MC/") for m in atlas.MIRRORS)
+    assert atlas_sources.FILES[345060] == atlas_sources.PinnedFile(
+        "mc_345060.ggH125_ZZ4lep.4lep.root", 50_518_236, "1ea0e560")
+    assert atlas_sources.FILES[363490] == atlas_sources.PinnedFile(
+        "mc_363490.llll.4lep.root", 179_082_866, "6298e6cb")
+    assert atlas_sources.FILES[345060].urls == [
+        "https://opendata.cern.ch/record/15005/files/mc_345060.ggH125_ZZ4lep.4lep.root",
+        "https://opendata.cern.ch/eos/opendata/atlas/OutreachDatasets/2020-08-19/4lep/MC/mc_345060.ggH125_ZZ4lep.4lep.root",
+        "https://opendata.cern.ch/eos/opendata/atlas/OutreachDatasets/2020-01-22/4lep/MC/mc_345060.ggH125_ZZ4lep.4lep.root",
+    ]
+    assert atlas_sources.DOI == "10.7483/OPENDATA.ATLAS.2Y1T.TLGL"
+    assert not any("atlas-opendata.web.cern.ch" in u for f in atlas_sources.FILES.values() for u in f.urls)
 
 
 def test_reader_throughput_on_standin(tmp_path):
     """Reading and selecting are vectorised: far faster than a Python loop over events, even on a busy machine."""
-    path = atlas.write_standin_file(tmp_path / "b.root", "background", 20_000)
+    path = atlas_standin.write_standin_file(tmp_path / "b.root", "background", 20_000)
     start = time.perf_counter()
     X, cutflow = atlas.features_from_file(path)
     rate = cutflow["read"] / (time.perf_counter() - start)
     assert rate > 20_000, f"{rate:.0f} events/s"
     assert Path(path).stat().st_size < 3e6
-
-
-def test_failed_lookup_is_not_repeated_for_the_second_file(monkeypatch, tmp_path):
-    monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
-    calls, fetched = [], []
-
-    def failing_lookup(sample, timeout):
-        calls.append(sample.dsid)
-        return None
-
-    def fake_fetch(url, dest, **kwargs):  # a "download" that writes a valid file
-        fetched.append(url)
-        kind = "signal" if "345060" in url else "background"
-        atlas.write_standin_file(tmp_path / "src" / Path(dest).name, kind, 300)
-        Path(dest).parent.mkdir(parents=True, exist_ok=True)
-        Path(dest).write_bytes((tmp_path / "src" / Path(dest).name).read_bytes())
-        return dest
-
-    monkeypatch.setattr(atlas, "lookup_urls", failing_lookup)
-    monkeypatch.setattr(atlas, "fetch", fake_fetch)
-    paths = atlas.real_files(timeout=1, verbose=False)
-    assert calls == [345060]                      # the lookup failed once and was not tried again
-    assert fetched == [atlas.MIRRORS[0] + s.filename for s in atlas.SAMPLES.values()]
-    assert all(atlas._cache_problem(p) is None for p in paths.values())

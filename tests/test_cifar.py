@@ -96,8 +96,10 @@ def _fake_keras_arrays():
 
 @pytest.fixture
 def keras_home(tmp_path, monkeypatch):
+    """Keras' cache in a temporary folder; the archive download (tested in test_faults.py) skipped."""
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))
     monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
+    monkeypatch.setattr(cifar, "provide_archive", lambda timeout: None)
     (tmp_path / "datasets").mkdir()
     return tmp_path / "datasets"
 
@@ -190,20 +192,21 @@ def test_archive_problem_names_the_sizes(tmp_path):
 
 
 def test_real_keras_loader_with_corrupt_cache_and_no_network(keras_home, monkeypatch, capsys):
-    """End to end through keras.datasets.cifar10: a partial archive is removed, the download
-    fails (no network), and the stand-in is returned with both messages."""
-    from keras.src.utils import file_utils
+    """Through the real provide_archive: a partial archive in Keras' cache is removed, the
+    download into the course cache fails (no network), and the stand-in is returned with both
+    messages."""
+    from gpucourse.data.download import NetworkError
 
-    assert hasattr(file_utils, "urlretrieve"), "Keras no longer downloads through urlretrieve: update this test"
-    import urllib.error
+    def no_network(url, dest, **kwargs):
+        raise NetworkError("no network: the name www.cs.toronto.edu could not be looked up.")
 
-    def no_network(*args, **kwargs):
-        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
-
-    monkeypatch.setattr(file_utils, "urlretrieve", no_network)
+    monkeypatch.undo()
+    monkeypatch.setenv("KERAS_HOME", str(keras_home.parent))
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
+    monkeypatch.setattr(cifar, "fetch", no_network)
     (keras_home / cifar.KERAS_ARCHIVE).write_bytes(b"\x1f\x8b partial")
     data = cifar.load_cifar10(stand_in_sizes=(10, 10))
     out = capsys.readouterr().out
     assert data.is_stand_in
-    assert "not usable" in out and "Could not load CIFAR-10" in out and "name resolution" in out
+    assert "not usable" in out and "Could not load CIFAR-10" in out and "no network" in out
     assert not (keras_home / cifar.KERAS_ARCHIVE).exists()

@@ -31,10 +31,30 @@ def test_describe_mode_rejects_unknown():
 
 def test_data_dir_env_and_default(monkeypatch, tmp_path):
     monkeypatch.setenv("GPUCOURSE_DATA", str(tmp_path / "cache"))
-    assert settings.data_dir() == tmp_path / "cache" and (tmp_path / "cache").is_dir()
+    assert settings.data_dir() == tmp_path / "cache"
     monkeypatch.delenv("GPUCOURSE_DATA")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert settings.data_dir() == tmp_path / "xdg" / "gpucourse"
+
+
+def test_data_dir_expands_home_and_variables(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("COURSE_DISK", str(tmp_path / "disk"))
+    monkeypatch.setenv("GPUCOURSE_DATA", "~/data")
+    assert settings.data_dir() == tmp_path / "data"
+    monkeypatch.setenv("GPUCOURSE_DATA", "$HOME/x")
+    assert settings.data_dir() == tmp_path / "x"
+    monkeypatch.setenv("GPUCOURSE_DATA", "${COURSE_DISK}/cache")
+    assert settings.data_dir() == tmp_path / "disk" / "cache"
+
+
+@pytest.mark.parametrize("value, words", [("data", "relative path"), ("./data", "relative path"),
+                                          ("$NO_SUCH_VARIABLE_X/data", "not set")])
+def test_data_dir_refuses_what_would_differ_per_notebook(monkeypatch, value, words):
+    monkeypatch.delenv("NO_SUCH_VARIABLE_X", raising=False)
+    monkeypatch.setenv("GPUCOURSE_DATA", value)
+    with pytest.raises(ValueError, match=words):
+        settings.data_dir()
 
 
 def test_real_data_required_refuses_every_stand_in(monkeypatch, tmp_path):
@@ -62,6 +82,6 @@ def test_real_data_required_refuses_the_fallback_after_a_failed_download(monkeyp
     monkeypatch.setenv("GPUCOURSE_DATA", str(tmp_path))
     monkeypatch.setenv("GPUCOURSE_OFFLINE", "0")
     monkeypatch.setenv("GPUCOURSE_REQUIRE_REAL_DATA", "1")
-    monkeypatch.setattr(atlas, "real_files", no_network)
+    monkeypatch.setattr(atlas.sources, "real_files", no_network)
     with pytest.raises(settings.StandInRefused, match="no network"):
         atlas.load_4lep(100)

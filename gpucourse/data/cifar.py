@@ -4,8 +4,11 @@
 (``uint8`` images of shape ``(N, 32, 32, 3)``, ``uint8`` labels of shape
 ``(N, 1)``) together with the class names and where the data came from.
 
-* Online, the real data set is loaded with ``keras.datasets.cifar10`` and cached
-  by Keras (``~/.keras/datasets``, or ``$KERAS_HOME/datasets``).
+* Online, the archive is downloaded into the course cache (``gpucourse.data.cache``:
+  locked, verified against its size and SHA-256, written atomically), handed to
+  Keras' own cache (``~/.keras/datasets``, or ``$KERAS_HOME/datasets``) as a hard
+  link or copy, and loaded with ``keras.datasets.cifar10.load_data()``, which
+  finds it there and checks it again.
 * Offline (``GPUCOURSE_OFFLINE=1``) or when the download fails, a generated
   stand-in with the same shapes, dtypes and ten learnable classes is returned,
   and a message says so.
@@ -31,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import settings
-from .download import sha256
+from . import cache
+from .download import DownloadError, fetch
 
 CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer",
                "dog", "frog", "horse", "ship", "truck")
@@ -88,7 +92,7 @@ def archive_problem(path: Path, size: int = ARCHIVE_BYTES, checksum: str = ARCHI
     actual = path.stat().st_size
     if actual != size:
         return f"{path.name} has {actual:,} bytes, expected {size:,} (partial or corrupt download)"
-    if sha256(path) != checksum:
+    if cache.sha256(path) != checksum:
         return f"{path.name} has the wrong SHA-256 checksum (corrupt download)"
     return None
 
@@ -118,6 +122,32 @@ def check_keras_cache(cache: Path | None = None, **expected) -> bool:
     return False
 
 
+def provide_archive(timeout: float = 600.0) -> Path:
+    """Put a verified CIFAR-10 archive where Keras looks for it, downloading it into the course cache.
+
+    Raises
+    ------
+    DownloadError
+        If the archive cannot be downloaded; the message says why.
+    """
+    keras_archive = keras_cache_dir() / KERAS_ARCHIVE
+    if keras_archive.exists() and archive_problem(keras_archive) is None:
+        return keras_archive
+    course_copy = fetch(ORIGIN, cache.folder("cifar-10") / "cifar-10-python.tar.gz",
+                        size=ARCHIVE_BYTES, sha256=ARCHIVE_SHA256, timeout=timeout)
+    keras_archive.parent.mkdir(parents=True, exist_ok=True)
+    with cache.lock(keras_archive):
+        with cache.temporary(keras_archive) as (_, tmp):
+            pass
+        tmp.unlink()
+        try:
+            os.link(course_copy, tmp)  # no second copy on the same disk
+        except OSError:
+            shutil.copyfile(course_copy, tmp)
+        os.replace(tmp, keras_archive)
+    return keras_archive
+
+
 def _keras_load(timeout: float):
     from ..frameworks import import_tensorflow
 
@@ -134,7 +164,7 @@ def _keras_load(timeout: float):
 
 # --------------------------------------------------------------------------- loader
 
-def load_cifar10(*, offline: bool | None = None, timeout: float = 60.0,
+def load_cifar10(*, offline: bool | None = None, timeout: float = 600.0,
                  stand_in_sizes: tuple[int, int] = (N_TRAIN, N_TEST), seed: int = 0) -> CIFAR10:
     """CIFAR-10 as ``keras.datasets.cifar10.load_data()`` gives it, or the stand-in.
 
@@ -144,7 +174,7 @@ def load_cifar10(*, offline: bool | None = None, timeout: float = 60.0,
         Never touch the network and return the stand-in. Default:
         ``gpucourse.settings.offline()`` (``GPUCOURSE_OFFLINE``).
     timeout : float
-        Seconds the download may wait for the server.
+        Deadline, in seconds, for the whole download (170 MB).
     stand_in_sizes : (int, int)
         Train and test sizes of the stand-in (the real data set is always
         50,000 + 10,000 images; subsample it yourself).
@@ -165,6 +195,7 @@ def load_cifar10(*, offline: bool | None = None, timeout: float = 60.0,
     for attempt in (1, 2):
         check_keras_cache()
         try:
+            provide_archive(timeout)
             (x_train, y_train), (x_test, y_test) = _keras_load(timeout)
         except Exception as exc:  # noqa: BLE001 - every failure ends in a clear message
             reason = f"{type(exc).__name__}: {exc}"
