@@ -15,13 +15,14 @@ COLAB_VENV  := .venv-colab
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 NOTEBOOK_TESTS := -p no:cacheprovider -n 2 --dist loadfile --nbval-lax
 
-.PHONY: install browser book test test-colab lint exercises sync clean help
+.PHONY: install browser book test test-colab gpu-check lint exercises sync clean help
 
 help:
 	@echo "make install    create .venv and install the pinned requirements"
 	@echo "make book       build the site into _build/html (executes notebooks, cached)"
 	@echo "make test       run all tests in quick+offline mode (what CI runs); finds or installs Chromium"
 	@echo "make test-colab run every notebook with Google Colab's package versions (.venv-colab)"
+	@echo "make gpu-check  run every episode at this machine's size; write gpucourse/references/<device>.json"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make sync       point Colab badges and setup cells at the repo in _config.yml"
 	@echo "make lint       check exercises/ and notebook links are up to date"
@@ -59,6 +60,11 @@ $(COLAB_STAMP): colab/requirements.txt colab/constraints.txt
 test-colab: $(COLAB_STAMP)
 	$(COLAB_VENV)/bin/python tools/colab_install_check.py install
 	$(QUICK) $(COLAB_VENV)/bin/python -m pytest $(NOTEBOOK_TESTS) episodes solutions exercises
+
+# On a GPU machine without the network (no .venv can be made), the system Python is used.
+GPU_CHECK_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+gpu-check:
+	$(GPU_CHECK_PYTHON) tools/gpu_check.py
 
 lint: $(STAMP)
 	$(PY) tools/make_exercises.py --check

@@ -1,0 +1,141 @@
+"""Key figures: expected bands, the reference display, the recorder and `make gpu-check` on a CPU."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+from gpucourse import reference
+
+
+@pytest.fixture
+def no_records(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCOURSE_REFERENCE_DIR", str(tmp_path / "refs"))
+    (tmp_path / "refs").mkdir()
+    return tmp_path / "refs"
+
+
+def a_record(gpu_name="NVIDIA H100 80GB HBM3", **figures):
+    return {"schema": 1, "date": "2026-11-20", "device": "test", "hardware": {"gpu_name": gpu_name, "cpu_model": "x"},
+            "software": {}, "notebooks": [{"notebook": "episodes/01.ipynb", "outcome": "ok", "seconds": 1.0}],
+            "figures": {k: {"value": v, "unit": "TFLOP/s", "notebook": "episodes/01.ipynb"} for k, v in figures.items()}}
+
+
+@pytest.mark.parametrize("name, model", [
+    ("Tesla T4", "Tesla T4"), ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"), ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"),
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM"), ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB"),
+    ("NVIDIA L4", "NVIDIA L4"), ("NVIDIA H200", "NVIDIA H200"), ("NVIDIA GeForce GTX 1080", None), (None, None),
+])
+def test_gpu_names_map_to_datasheet_models(name, model):
+    assert reference.gpu_model(name)[0] == model
+
+
+def test_derived_bands_come_from_the_datasheet(no_records):
+    t4 = reference.band("ep01.matmul_fp16_tflops", "Tesla T4")
+    assert (t4.low, t4.high, t4.kind) == (pytest.approx(0.3 * 65), pytest.approx(0.85 * 65), "derived")
+    h100 = reference.band("ep01.bandwidth_gbs", "NVIDIA H100 80GB HBM3")
+    assert (h100.low, h100.high) == (pytest.approx(0.7 * 3350), pytest.approx(0.92 * 3350))
+    assert "datasheet" in h100.source and "nvidia" in h100.source
+    assert reference.band("ep04.test_accuracy", "Tesla T4") is None  # no datasheet band for an accuracy
+    assert reference.band("ep01.matmul_fp16_tflops", "NVIDIA GeForce GTX 1080") is None
+
+
+def test_a_measured_reference_replaces_the_derived_band(no_records):
+    (no_records / "h100.json").write_text(json.dumps(a_record(**{"ep01.matmul_fp16_tflops": 700.0})))
+    measured = reference.band("ep01.matmul_fp16_tflops", "NVIDIA H100 80GB HBM3")
+    assert measured.kind == "measured" and measured.low == pytest.approx(595) and measured.high == pytest.approx(805)
+    assert reference.band("ep01.matmul_fp16_tflops", "NVIDIA H100 PCIe").kind == "derived"  # another model
+
+
+@pytest.mark.parametrize("value, words", [(40.0, "✓ inside"), (10.0, "below"), (90.0, "above")])
+def test_verdict_inside_below_above(no_records, value, words):
+    text = reference.verdict("ep01.matmul_fp16_tflops", value, "TFLOP/s", "Tesla T4")
+    assert words in text
+    if words == "below":
+        assert "Likely reasons" in text and "warm-up" in text and "shared" in text
+
+
+def test_without_a_gpu_the_reference_is_shown_or_its_absence_said(no_records, capsys):
+    reference.key_figure("ep01.matmul_fp32_tflops", 0.15, unit="TFLOP/s")
+    assert "none measured yet" in capsys.readouterr().out
+    (no_records / "h100.json").write_text(json.dumps(a_record(**{"ep01.matmul_fp32_tflops": 51.2})))
+    reference.key_figure("ep01.matmul_fp32_tflops", 0.15, unit="TFLOP/s")
+    out = capsys.readouterr().out
+    assert "51.2 TFLOP/s on NVIDIA H100 80GB HBM3, measured 2026-11-20" in out
+
+
+def test_with_a_gpu_the_band_verdict_is_printed(no_records, capsys):
+    reference.key_figure("ep01.matmul_fp16_tflops", 12.0, unit="TFLOP/s", device="Tesla T4")
+    out = capsys.readouterr().out
+    assert "12 TFLOP/s on Tesla T4" in out and "below the expected band" in out
+
+
+def test_figures_are_recorded_only_when_asked(no_records, tmp_path, monkeypatch):
+    target = tmp_path / "figures.jsonl"
+    reference.key_figure("ep03.crossover_width", 256, device=None)
+    assert not target.exists()
+    monkeypatch.setenv("GPUCOURSE_FIGURES", str(target))
+    monkeypatch.setenv("GPUCOURSE_NOTEBOOK", "episodes/03.ipynb")
+    reference.key_figure("ep03.crossover_width", 256, device="Tesla T4")
+    item = json.loads(target.read_text())
+    assert item == {"name": "ep03.crossover_width", "value": 256, "unit": "", "device": "Tesla T4",
+                    "notebook": "episodes/03.ipynb"}
+
+
+@pytest.mark.parametrize("bad", ["matmul", "ep1.x", "ep01.Matmul TFLOPs"])
+def test_figure_names_are_checked(bad):
+    with pytest.raises(ValueError, match="look like"):
+        reference.key_figure(bad, 1.0)
+
+
+@pytest.mark.parametrize("change", [
+    lambda r: r.pop("figures"), lambda r: r.update(schema=2), lambda r: r["notebooks"][0].update(outcome="fine"),
+    lambda r: r["figures"]["ep01.x"].pop("unit"),
+])
+def test_invalid_records_are_refused_and_skipped(no_records, capsys, change):
+    record = a_record(**{"ep01.x": 1.0})
+    change(record)
+    with pytest.raises(ValueError):
+        reference.validate(record)
+    (no_records / "bad.json").write_text(json.dumps(record))
+    assert reference.records() == [] and "not usable" in capsys.readouterr().out
+
+
+def test_committed_records_are_valid():
+    for path in reference.REFERENCE_DIR.glob("*.json"):
+        if path.name != "bands.json":
+            reference.validate(json.loads(path.read_text()))
+
+
+def test_gpu_check_records_a_cpu_run(tmp_path, monkeypatch):
+    """`tools/gpu_check.py` end to end on this machine, with a two-cell notebook."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gpu_check
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("from gpucourse import reference"),
+                nbformat.v4.new_code_cell('reference.key_figure("ep99.answer", 42, unit="units")')]
+    good = tmp_path / "good.ipynb"
+    nbformat.write(nb, good)
+    nb.cells.append(nbformat.v4.new_code_cell("raise RuntimeError('broken on purpose')"))
+    broken = tmp_path / "broken.ipynb"
+    nbformat.write(nb, broken)
+    keras_nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import keras")])
+    nbformat.write(keras_nb, tmp_path / "keras.ipynb")
+    monkeypatch.setattr(gpu_check, "OUT", tmp_path / "executed")
+    monkeypatch.setattr(gpu_check, "has_module", lambda name: name != "tensorflow")  # as on the GPU machine
+    status = gpu_check.main(["--only", str(good), str(broken), str(tmp_path / "keras.ipynb"),
+                             "--out", str(tmp_path / "refs"), "--timeout", "120"])
+    (path,) = (tmp_path / "refs").glob("*.json")
+    record = reference.validate(json.loads(path.read_text()))
+    assert status == 1  # one notebook failed
+    assert [n["outcome"] for n in record["notebooks"]] == ["ok", "failed", "skipped"]
+    assert record["notebooks"][2]["reason"] == "TensorFlow is not installed"
+    assert "broken on purpose" in record["notebooks"][1]["reason"]
+    assert record["figures"]["ep99.answer"]["value"] == 42
+    assert record["hardware"]["cpu_cores"] >= 1 and record["software"]["python"]
+    assert path.name.startswith("cpu-") and record["mode"] == "reduced"
