@@ -111,16 +111,27 @@ def tensorflow_report() -> FrameworkReport:
     return rep
 
 
-def nvidia_smi() -> str | None:
-    """Output of ``nvidia-smi``, or None when the tool is not on this machine."""
+def nvidia_smi(timeout: float = 20) -> str | None:
+    """Output of ``nvidia-smi``, or None when the tool is not on this machine.
+
+    When ``nvidia-smi`` fails, the text says so, with its exit code and
+    everything it printed: it writes its reasons (for example "NVIDIA-SMI has
+    failed because it couldn't communicate with the NVIDIA driver") to stdout,
+    not only to stderr.
+    """
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     try:
-        done = subprocess.run([exe], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"nvidia-smi failed: no answer within {timeout:g} s (the driver may be hung)."
+    except OSError as exc:
         return f"nvidia-smi failed: {exc}"
-    return done.stdout if done.returncode == 0 else f"nvidia-smi failed: {done.stderr.strip()}"
+    if done.returncode == 0:
+        return done.stdout
+    said = "\n".join(text.strip() for text in (done.stdout, done.stderr) if text.strip())
+    return f"nvidia-smi failed (exit code {done.returncode}):\n{said or '(it printed nothing)'}"
 
 
 def report(frameworks=("torch", "tensorflow")) -> list[FrameworkReport]:

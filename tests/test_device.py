@@ -1,3 +1,5 @@
+import os
+import shutil
 import sys
 
 import pytest
@@ -50,3 +52,56 @@ def test_missing_framework(monkeypatch):
 def test_nvidia_smi_absent(monkeypatch):
     monkeypatch.setattr(device.shutil, "which", lambda name: None)
     assert device.nvidia_smi() is None
+
+
+# ---------------------------------------------------------------- nvidia-smi
+DRIVER_FAILURE = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                  "Make sure that the latest NVIDIA driver is installed and running.")
+
+
+def fake_nvidia_smi(folder, body):
+    """Write an executable `nvidia-smi` shell script into `folder` and put only `folder` on PATH."""
+    exe = folder / "nvidia-smi"
+    exe.write_text("#!/bin/sh\n" + body)
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.fixture
+def only_tmp_on_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    return tmp_path
+
+
+def test_nvidia_smi_missing_from_path(only_tmp_on_path):
+    assert device.nvidia_smi() is None
+
+
+def test_nvidia_smi_failure_shows_the_reason_it_prints_on_stdout(only_tmp_on_path):
+    # The real tool prints this to stdout and exits with 9 when the driver is not loaded.
+    fake_nvidia_smi(only_tmp_on_path, f'echo "{DRIVER_FAILURE}"\nexit 9\n')
+    text = device.nvidia_smi()
+    assert text.startswith("nvidia-smi failed (exit code 9)")
+    assert DRIVER_FAILURE in text
+
+
+def test_nvidia_smi_failure_shows_stdout_and_stderr(only_tmp_on_path):
+    fake_nvidia_smi(only_tmp_on_path, 'echo "on stdout"\necho "on stderr" >&2\nexit 255\n')
+    text = device.nvidia_smi()
+    assert "exit code 255" in text and "on stdout" in text and "on stderr" in text
+
+
+def test_nvidia_smi_silent_failure_says_so(only_tmp_on_path):
+    fake_nvidia_smi(only_tmp_on_path, "exit 3\n")
+    assert device.nvidia_smi() == "nvidia-smi failed (exit code 3):\n(it printed nothing)"
+
+
+def test_nvidia_smi_success_returns_its_table(only_tmp_on_path):
+    fake_nvidia_smi(only_tmp_on_path, 'echo "| NVIDIA-SMI 580.00   Driver Version: 580.00   CUDA Version: 13.0 |"\n')
+    assert "CUDA Version: 13.0" in device.nvidia_smi()
+
+
+def test_nvidia_smi_that_hangs_is_reported(only_tmp_on_path):
+    sleep = shutil.which("sleep", path=os.defpath) or "/bin/sleep"
+    fake_nvidia_smi(only_tmp_on_path, f"exec {sleep} 30\n")
+    assert "no answer within 0.5 s" in device.nvidia_smi(timeout=0.5)

@@ -137,3 +137,27 @@ def test_episode_links_to_its_exercises_and_solutions(path):
     text = "\n".join(c.source for c in _nb(path).cells if c.cell_type == "markdown")
     for kind in ("exercises", "solutions"):
         assert f"](../{kind}/{path.name})" in text, f"{path.name} does not link to ../{kind}/{path.name}"
+
+
+EPISODE_REF = re.compile(r"\b[Ee]pisodes? (\d+)(?:\s*(?:[–-]|and|or|to)\s*(\d+))?")
+
+
+def _texts():
+    """(name, text) of every notebook's markdown and every book page, README and CONTRIBUTING."""
+    for path in NOTEBOOKS:
+        yield path.relative_to(ROOT).as_posix(), "\n".join(
+            c.source for c in _nb(path).cells if c.cell_type == "markdown")
+    for path in [*sorted((ROOT / "book").glob("*.md")), ROOT / "README.md", ROOT / "CONTRIBUTING.md"]:
+        yield path.relative_to(ROOT).as_posix(), path.read_text()
+
+
+def test_cross_episode_references_resolve():
+    """"see episode 6" must point at an episode that exists."""
+    existing = {int(p.name[:2]) for p in EPISODES}
+    dangling = []
+    for name, text in _texts():
+        for match in EPISODE_REF.finditer(text):
+            numbers = {int(n) for n in match.groups() if n}
+            if numbers - existing:
+                dangling.append(f"{name}: {match.group(0)!r}")
+    assert not dangling, "references to episodes that do not exist:\n  " + "\n  ".join(dangling)
