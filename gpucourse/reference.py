@@ -164,12 +164,25 @@ def validate(record: dict) -> dict:
 def _format(value, unit: str) -> str:
     if isinstance(value, float):
         return f"{value:.3g} {unit}".strip()
-    if isinstance(value, (list, dict)):
-        return f"{json.dumps(value)[:80]} {unit}".strip()
+    if isinstance(value, dict):
+        return f"a curve ({', '.join(value)})"
+    if isinstance(value, list):
+        return f"{len(value)} values"
     return f"{value} {unit}".strip()
 
 
-def key_figure(name: str, value, *, unit: str = "", device: str | None = None) -> None:
+def show(name: str, unit: str = "") -> None:
+    """Print the GPU reference of key figure ``name``, or that none was measured yet."""
+    ref = gpu_reference(name)
+    if ref is None:
+        print(f"  GPU reference for {name}: none measured yet (`make gpu-check` on a GPU machine records one).")
+    else:
+        record, value = ref
+        print(f"  GPU reference for {name}: {_format(value, unit)} on {record['hardware']['gpu_name']}, "
+              f"measured {record['date']} by make gpu-check.")
+
+
+def key_figure(name: str, value, *, unit: str = "", device: str | None = None, compare: bool = True) -> None:
     """Report key figure ``name`` of this run (see the module docstring).
 
     Parameters
@@ -177,28 +190,24 @@ def key_figure(name: str, value, *, unit: str = "", device: str | None = None) -
     name : str
         ``"epNN.what"``, e.g. ``"ep01.matmul_fp16_tflops"``.
     value : float, int, list or dict
-        The figure (JSON-serialisable; a list such as a curve is allowed).
+        The figure (JSON-serialisable; a dict of lists such as a curve is allowed).
     unit : str
         Printed after the value, e.g. ``"TFLOP/s"``.
     device : str, optional
         The GPU's name as the driver reports it (``torch.cuda.get_device_name()``),
-        or None when the figure was measured without a GPU.
+        or None when the figure was measured on the CPU.
+    compare : bool
+        Print the band verdict (GPU) or the GPU reference (CPU). False for a
+        figure that is a CPU figure by nature, such as the CPU side of a comparison.
     """
     if not re.fullmatch(r"ep\d\d\.[a-z0-9_]+", name):
         raise ValueError(f"key figure names look like 'ep01.matmul_fp16_tflops', got {name!r}")
     value = value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
-    where = device or "this machine (no GPU)"
-    print(f"{name}: {_format(value, unit)} on {where}")
-    if device and isinstance(value, (int, float)):
+    print(f"{name}: {_format(value, unit)} on {device or 'the CPU'}")
+    if compare and device and isinstance(value, (int, float)):
         print(verdict(name, float(value), unit, device))
-    elif not device:
-        ref = gpu_reference(name)
-        if ref is None:
-            print("  GPU reference: none measured yet (run `make gpu-check` on a GPU machine).")
-        else:
-            record, ref_value = ref
-            print(f"  GPU reference: {_format(ref_value, unit)} on {record['hardware']['gpu_name']}, "
-                  f"measured {record['date']} by make gpu-check.")
+    elif compare and not device:
+        show(name, unit)
     _append(name, value, unit, device)
 
 

@@ -66,6 +66,8 @@ def test_without_a_gpu_the_reference_is_shown_or_its_absence_said(no_records, ca
     reference.key_figure("ep01.matmul_fp32_tflops", 0.15, unit="TFLOP/s")
     out = capsys.readouterr().out
     assert "51.2 TFLOP/s on NVIDIA H100 80GB HBM3, measured 2026-11-20" in out
+    reference.key_figure("ep04.epoch_seconds_cpu", 30.0, unit="s", compare=False)
+    assert "reference" not in capsys.readouterr().out
 
 
 def test_with_a_gpu_the_band_verdict_is_printed(no_records, capsys):
@@ -139,3 +141,26 @@ def test_gpu_check_records_a_cpu_run(tmp_path, monkeypatch):
     assert record["figures"]["ep99.answer"]["value"] == 42
     assert record["hardware"]["cpu_cores"] >= 1 and record["software"]["python"]
     assert path.name.startswith("cpu-") and record["mode"] == "reduced"
+
+
+def test_a_cpu_run_of_episode_1_shows_the_recorded_gpu_reference(no_records, monkeypatch):
+    """The display path learners without a GPU see, with a record as `make gpu-check` would write it."""
+    from nbclient import NotebookClient
+
+    record = a_record(**{"ep01.matmul_fp32_tflops": 48.5, "ep01.crossover_n": 512, "ep01.h2d_gbs": 22.1})
+    record["figures"]["ep01.matmul_sweep"] = {
+        "value": {"n": [64, 256], "tflops": {"cuda float32": [0.5, 20.0], "cuda float16": [0.7, 90.0]}},
+        "unit": "", "notebook": "episodes/01-what-is-a-gpu.ipynb"}
+    (no_records / "h100.json").write_text(json.dumps(record))
+    monkeypatch.setenv("GPUCOURSE_QUICK", "1")
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "1")
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    nb = nbformat.read(ROOT / "episodes" / "01-what-is-a-gpu.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT / "episodes")}}).execute()
+    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "48.5 TFLOP/s on NVIDIA H100 80GB HBM3, measured 2026-11-20" in text
+    assert "ep01.crossover_n: 512 on NVIDIA H100 80GB HBM3" in text
+    assert "none measured yet" in text  # ep01.bandwidth_gbs has no reference in this record
+    sweep_cell = next(c for c in nb.cells if 'gpu_reference("ep01.matmul_sweep")' in c.source)
+    assert any(o.output_type == "display_data" for o in sweep_cell.outputs), "the sweep plot was not drawn"
