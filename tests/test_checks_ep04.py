@@ -1,12 +1,14 @@
-"""Episode 4's checks: right answers pass, typical mistakes get a precise message, stubs are 'not done'."""
+"""Episode 4's checks: right answers pass, plausible mistakes get a message that names them, stubs are 'not done'."""
 
 from __future__ import annotations
 
-import time
+import json
+import re
 
 import numpy as np
 import pytest
 
+from conftest import ROOT
 from gpucourse.checks import ep04
 from gpucourse.exercises import ____
 from gpucourse.frameworks import import_tensorflow
@@ -18,176 +20,463 @@ def outcome(q, *answers):
     return q.outcome(*answers)
 
 
+def assert_wrong(q, answers, words):
+    result, message = outcome(q, *answers)
+    assert result == "wrong", (result, message)
+    for word in [words] if isinstance(words, str) else words:
+        assert word in message, message
+    assert "Traceback" not in message, message
+    return message
+
+
 # ---------------------------------------------------------------- q1
 
+def conv2d_facts(input_shape, filters, kernel_size, padding):
+    h, w, c = input_shape
+    shape = (h - kernel_size + 1, w - kernel_size + 1, filters) if padding == "valid" else (h, w, filters)
+    return shape, kernel_size * kernel_size * c * filters + filters
+
+
 def test_q1_right_answer_and_keras_agree():
-    layer = tf.keras.layers.Conv2D(48, 5, padding="valid")
-    layer.build((None, 16, 16, 32))
-    shape = tuple(layer.compute_output_shape((None, 16, 16, 32))[1:])
-    assert outcome(ep04.q1, shape, layer.count_params())[0] == "correct"
-    assert outcome(ep04.q1, [12, 12, 48], 38448)[0] == "correct"
+    assert outcome(ep04.q1, conv2d_facts)[0] == "correct"
+    for input_shape, filters, kernel, padding in ep04.Q1_LAYERS:
+        layer = tf.keras.layers.Conv2D(filters, kernel, padding=padding)
+        layer.build((None, *input_shape))
+        shape = tuple(layer.compute_output_shape((None, *input_shape))[1:])
+        assert ep04.q1_expected(input_shape, filters, kernel, padding) == (shape, layer.count_params())
 
 
-@pytest.mark.parametrize("shape, params, words", [
-    ((16, 16, 48), 38448, "padding='same'"),
-    ((None, 12, 12, 48), 38448, "batch dimension"),
-    ((12, 12, 32), 38448, "each of the"),
-    ((12, 12), 38448, "3 numbers"),
-    ((12, 12, 48), 38400, "bias"),
-    ((12, 12, 48), 1248, "all 32 input channels"),
-    ((12, 12, 48), 38448 * 144, "every position"),
-    ((12, 12, 48), 1000, "plus one bias"),
-    ((12, 12, 48), "38448", "whole number"),
-    ("12x12x48", 38448, "tuple"),
-])
-def test_q1_mistakes_are_explained(shape, params, words):
-    result, message = outcome(ep04.q1, shape, params)
-    assert result == "wrong" and words in message, message
+def test_q1_answer_by_keras_itself_passes():
+    def by_keras(input_shape, filters, kernel_size, padding):
+        layer = tf.keras.layers.Conv2D(filters, kernel_size, padding=padding)
+        layer.build((None, *input_shape))
+        return layer.compute_output_shape((None, *input_shape))[1:], layer.count_params()
+
+    assert outcome(ep04.q1, by_keras)[0] == "correct"
+
+
+def _q1(shape=None, params=None):
+    """conv2d_facts with its shape or params part replaced by a wrong formula."""
+    def fn(input_shape, filters, k, padding):
+        right_shape, right_params = conv2d_facts(input_shape, filters, k, padding)
+        h, w, c = input_shape
+        return (shape(h, w, c, filters, k, padding) if shape else right_shape,
+                params(h, w, c, filters, k, padding) if params else right_params)
+    return fn
+
+
+Q1_WRONG = {
+    # the mistakes the exercise is about
+    "always 'same'": (_q1(shape=lambda h, w, c, f, k, p: (h, w, f)), "padding='same' gives"),
+    "ignores padding ('valid' always)": (_q1(shape=lambda h, w, c, f, k, p: (h - k + 1, w - k + 1, f)),
+                                         ["(batch, 32, 32, 3)", "keeps its height and width", "look at `padding`"]),
+    "off by one": (_q1(shape=lambda h, w, c, f, k, p: (h - k, w - k, f) if p == "valid" else (h, w, f)),
+                   "in − kernel + 1"),
+    "height and width swapped": (_q1(shape=lambda h, w, c, f, k, p: (w - k + 1, h - k + 1, f) if p == "valid" else (w, h, f)),
+                                 ["swapped", "(batch, 28, 20, 8)"]),
+    "output keeps the input channels": (_q1(shape=lambda h, w, c, f, k, p: (*conv2d_facts((h, w, c), f, k, p)[0][:2], c)),
+                                        "one output channel"),
+    "batch dimension included": (_q1(shape=lambda h, w, c, f, k, p: (None, *conv2d_facts((h, w, c), f, k, p)[0])),
+                                 "batch dimension"),
+    "no bias": (_q1(params=lambda h, w, c, f, k, p: k * k * c * f), "bias per filter"),
+    "kernel ignores input channels": (_q1(params=lambda h, w, c, f, k, p: k * k * f + f), "all 32 input channels"),
+    "bias per input channel": (_q1(params=lambda h, w, c, f, k, p: k * k * c * f + c), "not one per input channel"),
+    "weights per output position": (_q1(params=lambda h, w, c, f, k, p: (k * k * c * f + f) * (h - k + 1) * (w - k + 1)),
+                                    "every position"),
+    "kernel counted once, not k×k": (_q1(params=lambda h, w, c, f, k, p: k * c * f + f), "25 weights per input channel"),
+    # hard-coded constants, right on one fixture only
+    "hard-coded answer for the prompt's layer": (lambda *a: ((12, 12, 48), 38448),
+                                                 ["same as for another layer", "from the arguments"]),
+    "hard-coded filters": (_q1(shape=lambda h, w, c, f, k, p: (*conv2d_facts((h, w, c), f, k, p)[0][:2], 48)),
+                           "one channel per filter: 16"),
+    # wrong types
+    "params as text": (_q1(params=lambda h, w, c, f, k, p: str(k * k * c * f + f)), "whole number"),
+    "shape as text": (_q1(shape=lambda h, w, c, f, k, p: "12x12x48"), "tuple"),
+    "fractional params": (_q1(params=lambda h, w, c, f, k, p: (k * k * c * f + f) / 7), "whole number"),
+    "only the shape": (lambda *a: conv2d_facts(*a)[0], "two things"),
+    "function raises": (lambda input_shape, f, k, p: input_shape[3], "raised IndexError"),
+}
+
+
+@pytest.mark.parametrize("name", Q1_WRONG)
+def test_q1_mistakes_are_explained(name):
+    fn, words = Q1_WRONG[name]
+    assert_wrong(ep04.q1, (fn,), words)
+
+
+def test_q1_numbers_instead_of_a_function():
+    assert_wrong(ep04.q1, ((12, 12, 48),), "pass the function itself")
 
 
 def test_q1_stub_is_not_done():
-    assert outcome(ep04.q1, ____, ____)[0] == "not-done"
+    def stub(input_shape, filters, kernel_size, padding):
+        shape = ____
+        params = ____
+        return shape, params
+
+    assert outcome(ep04.q1, stub)[0] == "not-done"
+    assert outcome(ep04.q1, ____)[0] == "not-done"
 
 
 # ---------------------------------------------------------------- q2
 
-def _chosen():
-    return (tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU"))[0].name
+def cpu_reference(x):
+    with tf.device(tf.config.list_logical_devices("CPU")[0].name):
+        x64 = tf.cast(x, tf.float64)
+        return x64 @ tf.transpose(x64)
 
 
-def _product(device):
-    a, b = tf.ones((256, 8)), tf.ones((8, 256))
-    with tf.device(device):
-        return a @ b
+def device_type(name):
+    return tf.DeviceSpec.from_string(name).device_type
 
 
 def test_q2_right_answer():
-    device = _chosen()
-    result, message = outcome(ep04.q2, device, _product(device))
-    assert result == "correct" and "ran where you asked" in message
+    result, message = outcome(ep04.q2, cpu_reference, device_type)
+    assert result == "correct" and "CPU" in message, message
+    assert tf.config.get_soft_device_placement(), "the check must restore soft placement"
 
 
-def test_q2_device_that_does_not_exist():
-    missing = f"/GPU:{len(tf.config.list_logical_devices('GPU'))}"
-    result, message = outcome(ep04.q2, missing, _product(_chosen()))
-    assert result == "wrong" and "does not exist" in message and "list_logical_devices" in message
+def test_q2_other_right_answers():
+    def with_literal_cpu(x):
+        with tf.device("/CPU:0"):
+            return tf.linalg.matmul(tf.cast(x, tf.float64), tf.cast(x, tf.float64), transpose_b=True)
+
+    def by_parsing(name):
+        return name.rsplit("device:", 1)[1].split(":")[0].lower()
+
+    assert outcome(ep04.q2, with_literal_cpu, by_parsing)[0] == "correct"
 
 
-def test_q2_result_computed_elsewhere(monkeypatch):
-    """On a (simulated) GPU machine, a product left on the CPU is caught."""
+def _unpinned(x):
+    x64 = tf.cast(x, tf.float64)
+    return x64 @ tf.transpose(x64)
+
+
+def _chosen_device(x):
+    """Pins to the GPU if one is listed, else the CPU: right on this machine, wrong on a GPU machine."""
+    device = (tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU"))[0].name
+    with tf.device(device):
+        x64 = tf.cast(x, tf.float64)
+        return x64 @ tf.transpose(x64)
+
+
+def _cast_outside(x):
+    x64 = tf.cast(x, tf.float64)
+    with tf.device("/CPU:0"):
+        return x64 @ tf.transpose(x64)
+
+
+def _float32(x):
+    with tf.device("/CPU:0"):
+        return x @ tf.transpose(x)
+
+
+def _cast_after(x):
+    with tf.device("/CPU:0"):
+        return tf.cast(x @ tf.transpose(x), tf.float64)
+
+
+def _numpy(x):
+    with tf.device("/CPU:0"):
+        x64 = tf.cast(x, tf.float64)
+        return (x64 @ tf.transpose(x64)).numpy()
+
+
+def _transposed_first(x):
+    with tf.device("/CPU:0"):
+        x64 = tf.cast(x, tf.float64)
+        return tf.transpose(x64) @ x64
+
+
+_FIXED = np.ones((6, 6))
+
+
+def _hard_coded(x):
+    with tf.device("/CPU:0"):
+        return tf.constant(_FIXED @ _FIXED.T)
+
+
+def _soft_on(x):
+    tf.config.set_soft_device_placement(True)
+    x64 = tf.cast(x, tf.float64)
+    return x64 @ tf.transpose(x64)
+
+
+def _second_cpu(x):
+    with tf.device("/CPU:1"):
+        x64 = tf.cast(x, tf.float64)
+        return x64 @ tf.transpose(x64)
+
+
+Q2_WRONG = {
+    # the mistake the exercise is about: work left where the caller put it
+    "not pinned at all": (_unpinned, device_type, ["not pinned to the CPU", "soft placement off", "could not place Cast"]),
+    "asks for the GPU when one is listed": (_chosen_device, device_type, ["lists a GPU", "asks for it"]),
+    "the cast left outside the CPU scope": (_cast_outside, device_type, ["could not place Cast", "the cast too"]),
+    "switches soft placement back on": (_soft_on, device_type, "switches soft placement back on"),
+    "a CPU that does not exist": (_second_cpu, device_type, ["asks for", "CPU:1", "does not exist"]),
+    # wrong result
+    "float32, not float64": (_float32, device_type, ["float32", "float64"]),
+    "multiplied in float32, cast afterwards": (_cast_after, device_type, "cast to float64 afterwards"),
+    "returns NumPy": (_numpy, device_type, "NumPy array"),
+    "xᵀ @ x": (_transposed_first, device_type, "xᵀ @ x"),
+    "hard-coded result": (_hard_coded, device_type, "compute it from the argument x"),
+    # device_type
+    "device_type always 'CPU'": (cpu_reference, lambda name: "CPU", ["for every name", "not from this machine"]),
+    "device_type from the machine": (cpu_reference,
+                                     lambda name: "GPU" if tf.config.list_logical_devices("GPU") else "CPU",
+                                     "not from this machine"),
+    "device_type returns the whole name": (cpu_reference, lambda name: name, "only the kind of device"),
+    "device_type keeps the index": (cpu_reference, lambda name: name.split("device:")[1], "without job, task or index"),
+    "device_type returns a DeviceSpec": (cpu_reference, lambda name: tf.DeviceSpec.from_string(name), ".device_type"),
+    "device_type returns a bool": (cpu_reference, lambda name: "GPU" in name, "not True/False"),
+    "device_type right for CPU names only": (cpu_reference, lambda name: "CPU" if "CPU" in name else "TPU",
+                                             "expected 'GPU'"),
+    # wrong types
+    "a tensor instead of a function": (cpu_reference(tf.ones((2, 2))), device_type, "pass the function itself"),
+}
+
+
+@pytest.mark.parametrize("name", Q2_WRONG)
+def test_q2_mistakes_are_explained(name):
+    fn, dt, words = Q2_WRONG[name]
+    assert_wrong(ep04.q2, (fn, dt), words)
+    assert tf.config.get_soft_device_placement(), "the check must restore soft placement"
+
+
+@pytest.fixture
+def simulated_gpu(monkeypatch):
+    """A (simulated) machine whose TensorFlow lists a GPU."""
     devices = [tf.config.LogicalDevice("/device:CPU:0", "CPU"), tf.config.LogicalDevice("/device:GPU:0", "GPU")]
     monkeypatch.setattr(tf.config, "list_logical_devices",
                         lambda kind=None: [d for d in devices if kind in (None, d.device_type)])
-    result, message = outcome(ep04.q2, "/GPU:0", _product("/CPU:0"))
-    assert result == "wrong" and "not on /GPU:0" in message and "with tf.device" in message
-    result, message = outcome(ep04.q2, "/CPU:0", _product("/CPU:0"))
-    assert result == "wrong" and "TensorFlow sees a GPU" in message
 
 
-@pytest.mark.parametrize("device, words", [(0, "device name string"), ("cpu please", "not a TensorFlow device")])
-def test_q2_bad_device_values(device, words):
-    result, message = outcome(ep04.q2, device, _product(_chosen()))
-    assert result == "wrong" and words in message, message
-
-
-def test_q2_wrong_result():
-    result, message = outcome(ep04.q2, _chosen(), np.ones((256, 256)))
-    assert result == "wrong" and "a @ b" in message
-    result, message = outcome(ep04.q2, _chosen(), tf.ones((4, 4)))
-    assert result == "wrong" and "(256, 256)" in message
+def test_q2_on_a_simulated_gpu_machine(simulated_gpu):
+    assert outcome(ep04.q2, cpu_reference, device_type)[0] == "correct"
+    for fn in (_unpinned, _chosen_device, _cast_outside):
+        result, message = outcome(ep04.q2, fn, device_type)
+        assert result == "wrong" and "not pinned to the CPU" in message and "/device:GPU:0" in message, message
 
 
 def test_q2_stub_is_not_done():
+    assert outcome(ep04.q2, lambda x: ____, lambda name: ____)[0] == "not-done"
+    assert outcome(ep04.q2, cpu_reference, lambda name: ____)[0] == "not-done"
     assert outcome(ep04.q2, ____, ____)[0] == "not-done"
 
 
 # ---------------------------------------------------------------- q3
 
-def _slow():
-    def prep(i):
-        time.sleep(0.02)
-        return i
+def _time_pipeline(ds):
+    import time
 
-    options = tf.data.Options()
-    options.experimental_optimization.inject_prefetch = False
-    return tf.data.Dataset.range(6).map(lambda i: tf.py_function(prep, [i], tf.int64)).with_options(options)
+    start = time.perf_counter()
+    for _ in ds:
+        time.sleep(ep04.Q3_STEP_S)
+    return time.perf_counter() - start
+
+
+def with_prefetch(ds):
+    return ds.prefetch(tf.data.AUTOTUNE)
 
 
 def test_q3_right_answer():
-    slow = _slow()
-    result, message = outcome(ep04.q3, slow, slow.prefetch(tf.data.AUTOTUNE), 0.24, 0.13)
-    assert result == "correct" and "faster" in message
+    slow_ds = ep04.q3_slow_pipeline()
+    t_slow, t_fast = _time_pipeline(slow_ds), _time_pipeline(with_prefetch(slow_ds))
+    result, message = outcome(ep04.q3, with_prefetch, t_slow, t_fast)
+    assert result == "correct" and "faster" in message, message
+    assert outcome(ep04.q3, lambda ds: ds.prefetch(1), t_slow, t_fast)[0] == "correct"
 
 
-@pytest.mark.parametrize("make_fast, t_slow, t_fast, words", [
-    (lambda s: s, 0.2, 0.1, "slow_ds itself"),
-    (lambda s: s.map(lambda i: i), 0.2, 0.1, "no prefetch"),
-    (lambda s: s.prefetch(2).map(lambda i: i), 0.2, 0.1, "not as its last step"),
-    (lambda s: s.take(3).prefetch(2), 0.2, 0.1, "change nothing else"),
-    (lambda s: s.prefetch(2), 0.1, 0.2, "not shorter"),
-    (lambda s: s.prefetch(2), 0.42, 0.41, "saved almost nothing"),
-    (lambda s: s.prefetch(2), "fast", 0.2, "seconds"),
-    (lambda s: [1, 2], 0.2, 0.1, "tf.data.Dataset"),
-])
-def test_q3_mistakes_are_explained(make_fast, t_slow, t_fast, words):
-    slow = _slow()
-    result, message = outcome(ep04.q3, slow, make_fast(slow), t_slow, t_fast)
-    assert result == "wrong" and words in message, message
+def test_q3_constants_match_the_notebook():
+    nb = json.loads((ROOT / "solutions" / "04-keras-cnn.ipynb").read_text())
+    text = "\n".join("".join(c["source"]) for c in nb["cells"])
+    assert f"PREP_S, STEP_S = {ep04.Q3_PREP_S}, {ep04.Q3_STEP_S}" in text
+    assert f"tf.data.Dataset.range({ep04.Q3_BATCHES})" in text
+
+
+_T = (1.0, 0.66)  # plausible timings, for the answers wrong in their function
+
+
+def _global_slow(ds):
+    return ep04.q3_slow_pipeline().prefetch(tf.data.AUTOTUNE)
+
+
+def _inject_on(ds):
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = True
+    return ds.with_options(options)
+
+
+Q3_WRONG = {
+    # the mistake the exercise is about: no (working) prefetch at the end
+    "returns ds unchanged": (lambda ds: ds, *_T, "unchanged"),
+    "no prefetch step": (lambda ds: ds.map(lambda *e: e), *_T, "no prefetch step"),
+    "prefetch not last": (lambda ds: ds.prefetch(2).map(lambda *e: e), *_T, "not as its last step"),
+    "prefetch(0)": (lambda ds: ds.prefetch(0), *_T, "prefetch(0)"),
+    "automatic prefetch switched back on": (_inject_on, *_T, "inject_prefetch"),
+    # changes something else
+    "drops batches": (lambda ds: ds.take(2).prefetch(2), *_T, ["adds Take", "change nothing else"]),
+    "adds a cache": (lambda ds: ds.cache().prefetch(2), *_T, "adds Cache"),
+    "batches again": (lambda ds: ds.batch(2).prefetch(2), *_T, "adds Batch"),
+    # right on one fixture only
+    "uses the notebook's slow_ds": (_global_slow, *_T, "not built on the ds it was given"),
+    "prefetches only 12-batch pipelines": (lambda ds: ds.prefetch(2) if int(ds.cardinality()) == 12 else ds,
+                                           *_T, "unchanged"),
+    # wrong types
+    "returns a list": (lambda ds: list(ds), *_T, "tf.data.Dataset"),
+    "a dataset instead of a function": (ep04.q3_slow_pipeline(), *_T, "pass the function itself"),
+    # the timings: units, made up, swapped, the slow pipeline twice
+    "timings in milliseconds": (with_prefetch, 1000.0, 660.0, "milliseconds"),
+    "timings as text": (with_prefetch, "1.0", 0.66, "text in quotes"),
+    "timings swapped": (with_prefetch, 0.66, 1.0, "swapped"),
+    "slow pipeline timed twice": (with_prefetch, 1.0, 0.99, "time slow_ds twice"),
+    "made-up: faster than possible": (with_prefetch, 1.0, 0.3, "cannot take less than"),
+    "made-up: far slower than measured": (with_prefetch, 5.0, 2.0, "when the check times it"),
+    "slow_ds prefetched already (inject_prefetch on)": (with_prefetch, 0.65, 0.64, "inject_prefetch"),
+    "negative time": (with_prefetch, -1.0, 0.66, "positive"),
+    "NaN": (with_prefetch, float("nan"), 0.66, "finite"),
+}
+
+
+@pytest.mark.parametrize("name", Q3_WRONG)
+def test_q3_mistakes_are_explained(name):
+    fn, t_slow, t_fast, words = Q3_WRONG[name]
+    assert_wrong(ep04.q3, (fn, t_slow, t_fast), words)
+
+
+def test_q3_a_prefetch_that_does_nothing_is_caught_by_timing(monkeypatch):
+    """Past the structure check (here: prefetch(0) hidden from it), the check's own timing still catches it."""
+    monkeypatch.setattr(ep04, "_buffer", lambda ds: 2)
+    message = assert_wrong(ep04.q3, (lambda ds: ds.prefetch(0), 1.0, 0.66), "nothing is prepared ahead")
+    assert re.search(r"waits \d+ ms", message)
 
 
 def test_q3_stub_is_not_done():
-    assert outcome(ep04.q3, _slow(), ____, ____, ____)[0] == "not-done"
+    assert outcome(ep04.q3, lambda ds: ____, 1.0, 0.66)[0] == "not-done"
+    assert outcome(ep04.q3, with_prefetch, ____, ____)[0] == "not-done"
 
 
 # ---------------------------------------------------------------- q4
 
-@pytest.fixture(scope="module")
-def cm():
-    rng = np.random.default_rng(0)
-    m = rng.integers(0, 6, (10, 10))
-    m[np.diag_indices(10)] = rng.integers(20, 40, 10)
-    m[3, 5] += 15  # cats taken for dogs: precision and recall of "cat" differ
-    return m
-
-
-def _prf(cm):
-    p = cm[3, 3] / cm[:, 3].sum()
-    r = cm[3, 3] / cm[3].sum()
+def precision_recall_f1(cm, k):
+    p = cm[k, k] / cm[:, k].sum()
+    r = cm[k, k] / cm[k, :].sum()
     return p, r, 2 * p * r / (p + r)
 
 
+@pytest.fixture(scope="module")
+def cm():
+    """The notebook's confusion matrix."""
+    from sklearn.metrics import confusion_matrix
+
+    rng = np.random.default_rng(4)
+    y_true = rng.integers(0, 10, 500)
+    confused = np.where(y_true == 3, 5, (y_true + 1) % 10)
+    y_pred = np.where(rng.random(500) < 0.75, y_true,
+                      np.where(rng.random(500) < 0.5, confused, rng.integers(0, 10, 500)))
+    return confusion_matrix(y_true, y_pred, labels=range(10))
+
+
 def test_q4_right_answer_matches_sklearn(cm):
-    from sklearn.metrics import f1_score
+    from sklearn.metrics import f1_score, precision_score, recall_score
 
-    p, r, f = _prf(cm)
-    result, message = outcome(ep04.q4, cm, p, r, f)
-    assert result == "correct" and "scikit-learn" in message
-    y_true = np.repeat(np.repeat(np.arange(10), 10), cm.ravel())
-    y_pred = np.repeat(np.tile(np.arange(10), 10), cm.ravel())
-    assert f == pytest.approx(f1_score(y_true, y_pred, average=None)[3])
+    result, message = outcome(ep04.q4, precision_recall_f1, cm)
+    assert result == "correct" and "arithmetic mean would be 0.525" in message, message
+    for m, k in ep04._q4_fixtures():
+        y_true = np.repeat(np.repeat(np.arange(len(m)), len(m)), m.ravel())
+        y_pred = np.repeat(np.tile(np.arange(len(m)), len(m)), m.ravel())
+        p, r, f = ep04.q4_expected(m, k)
+        assert p == pytest.approx(precision_score(y_true, y_pred, average=None)[k])
+        assert r == pytest.approx(recall_score(y_true, y_pred, average=None)[k])
+        assert f == pytest.approx(f1_score(y_true, y_pred, average=None)[k])
+        assert abs(p - r) > 0.3 and abs(f - (p + r) / 2) > 0.03  # the fixtures tell the means apart
 
 
-def test_q4_mistakes_are_explained(cm):
-    p, r, f = _prf(cm)
-    cases = [
-        ((r, p, f), "swapped"),
-        ((p * 100, r, f), "percentage"),
-        ((cm.trace() / cm.sum(), r, f), "overall accuracy"),
-        ((0.5, r, f), "column 3"),
-        ((p, 0.5, f), "row 3"),
-        ((p, r, (p + r) / 2), "harmonic"),
-        ((p, r, 0.1), "f1 is"),
-        ((p, r, float("nan")), "divide by zero"),
-    ]
-    for answers, words in cases:
-        result, message = outcome(ep04.q4, cm, *answers)
-        assert result == "wrong" and words in message, (answers, message)
-    result, message = outcome(ep04.q4, cm[:5, :5], p, r, f)
-    assert result == "wrong" and "10×10" in message
+def test_q4_other_right_answers(cm):
+    def rounded(cm, k):
+        return tuple(round(float(v), 3) for v in precision_recall_f1(cm, k))
+
+    def harmonic_by_reciprocals(cm, k):
+        p, r, _ = precision_recall_f1(cm, k)
+        return [p, r, 2 / (1 / p + 1 / r)]
+
+    for fn in (rounded, harmonic_by_reciprocals):
+        assert outcome(ep04.q4, fn, cm)[0] == "correct"
+
+
+def _q4(p=None, r=None, f=None):
+    """precision_recall_f1 with one part replaced by a wrong formula of (cm, k, P, R)."""
+    def fn(cm, k):
+        P, R, F = precision_recall_f1(cm, k)
+        return (p(cm, k, P, R) if p else P, r(cm, k, P, R) if r else R, f(cm, k, P, R) if f else F)
+    return fn
+
+
+def _ten_classes(cm, k):
+    p = cm[k, k] / sum(cm[i, k] for i in range(10))
+    r = cm[k, k] / cm[k, :].sum()
+    return p, r, 2 * p * r / (p + r)
+
+
+def _notebook_cm(cm):
+    return lambda m, k: precision_recall_f1(cm, k)
+
+
+Q4_WRONG = {
+    # the mistake the exercise is about: F1 as some other mean
+    "F1 as the arithmetic mean": (_q4(f=lambda cm, k, P, R: (P + R) / 2), ["arithmetic mean", "harmonic"]),
+    "F1 as the geometric mean": (_q4(f=lambda cm, k, P, R: (P * R) ** 0.5), "geometric mean"),
+    "F1 without the factor 2": (_q4(f=lambda cm, k, P, R: P * R / (P + R)), "factor 2"),
+    # rows and columns
+    "precision and recall swapped": (lambda cm, k: precision_recall_f1(cm, k)[1::-1] + precision_recall_f1(cm, k)[2:],
+                                     "swapped"),
+    "precision by the row": (_q4(p=lambda cm, k, P, R: R), "divides by row"),
+    "recall by the column": (_q4(r=lambda cm, k, P, R: P), "divides by column"),
+    "precision is the accuracy": (_q4(p=lambda cm, k, P, R: np.trace(cm) / cm.sum()), "overall accuracy"),
+    "precision over all images": (_q4(p=lambda cm, k, P, R: cm[k, k] / cm.sum()), "all"),
+    "integer division": (_q4(p=lambda cm, k, P, R: cm[k, k] // cm[:, k].sum()), "integer division"),
+    # hard-coded, right on one fixture only
+    "hard-coded class 3": (lambda cm, k: precision_recall_f1(cm, 3), ["class 3", "argument k"]),
+    "the notebook's cm, not the argument": (None, "notebook's cm"),
+    "numbers typed in, right for the first matrix": (lambda cm, k: (0.727, 0.323, 0.448), ["class 3", "typed in"]),
+    "numbers typed in from the notebook's cm": (None, "compute from the argument cm"),
+    # units and types
+    "percentages": (lambda cm, k: tuple(100 * v for v in precision_recall_f1(cm, k)), "percentage"),
+    "numbers as text": (lambda cm, k: tuple(f"{v:.4f}" for v in precision_recall_f1(cm, k)), "text in quotes"),
+    "one array per class": (lambda cm, k: (np.diag(cm) / cm.sum(0), np.diag(cm) / cm.sum(1), 0.5), "class k only"),
+    "only two numbers": (lambda cm, k: precision_recall_f1(cm, k)[:2], "three numbers"),
+    "NaN": (_q4(f=lambda cm, k, P, R: float("nan")), "divide by zero"),
+    "rounded to one decimal": (lambda cm, k: tuple(round(float(v), 1) for v in precision_recall_f1(cm, k)), "expected"),
+    "works for 10 classes only": (_ten_classes, ["IndexError", "assume 10 classes"]),
+}
+
+
+@pytest.mark.parametrize("name", Q4_WRONG)
+def test_q4_mistakes_are_explained(name, cm):
+    fn, words = Q4_WRONG[name]
+    if name == "the notebook's cm, not the argument":
+        fn = _notebook_cm(cm)
+    elif name == "numbers typed in from the notebook's cm":
+        typed = tuple(round(float(v), 3) for v in precision_recall_f1(cm, 3))
+        def fn(m, k):
+            return typed
+    assert_wrong(ep04.q4, (fn, cm), words)
+
+
+def test_q4_bad_cm(cm):
+    assert_wrong(ep04.q4, (precision_recall_f1, "cm"), "confusion matrix")
+    assert_wrong(ep04.q4, (precision_recall_f1, cm[:5]), "square")
 
 
 def test_q4_stub_is_not_done(cm):
-    assert outcome(ep04.q4, cm, ____, ____, ____)[0] == "not-done"
+    def stub(cm, k):
+        precision = ____
+        recall = ____
+        f1 = ____
+        return precision, recall, f1
+
+    assert outcome(ep04.q4, stub, cm)[0] == "not-done"
 
 
 def test_every_exercise_has_a_hint(capsys):
