@@ -7,8 +7,8 @@
    ``google-chrome`` on PATH, or Debian's ``/usr/bin/chromium``;
 3. Playwright's own browser, if it was downloaded before;
 4. Playwright's download (``python -m playwright install chromium``);
-5. as root on Debian or Ubuntu, the distribution's ``chromium`` package
-   (``apt-get install chromium``).
+5. as root (or with password-less sudo) on Debian or Ubuntu, the
+   distribution's ``chromium`` package (``apt-get install chromium``).
 
 The path it settles on is written to ``_build/chromium-path`` (the word
 ``playwright`` for Playwright's own browser), where the tests read it. If none
@@ -85,12 +85,19 @@ def download_with_playwright() -> bool:
 
 
 def install_with_apt() -> bool:
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
+    """As root (or with password-less sudo) on Debian/Ubuntu: apt-get install chromium."""
+    if not shutil.which("apt-get"):
+        return False
+    if os.geteuid() == 0:
+        prefix = []
+    elif shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
+        prefix = ["sudo", "-n"]
+    else:
         return False
     say("installing the distribution's chromium package (apt-get install chromium) ...")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        done = subprocess.run(prefix + cmd, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             say(f"`{' '.join(cmd)}` failed:\n{done.stderr.strip()[-800:]}")
             return False
