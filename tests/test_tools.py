@@ -71,3 +71,16 @@ def test_check_mode_detects_stale_exercise(tmp_path, monkeypatch):
     monkeypatch.setattr(make_exercises, "expected_exercises",
                         lambda: {path: expected[path] + " "})
     assert make_exercises.main(["--check"]) == 1
+
+
+def test_ensure_browser_finds_chromium_on_path_and_refuses_a_missing_one(tmp_path, monkeypatch, capsys):
+    import ensure_browser
+
+    fake = tmp_path / "chromium"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert ensure_browser.installed_chromium() == str(fake)
+    monkeypatch.setenv("CHROMIUM", str(tmp_path / "no-such-browser"))
+    assert ensure_browser.find_or_install() is None
+    assert "does not exist" in capsys.readouterr().out
