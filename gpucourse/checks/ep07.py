@@ -1,0 +1,376 @@
+"""Checks for episode 7, "More than one GPU".
+
+``q1`` global batch and scaled learning rate · ``q2`` shard a data set by rank · ``q3`` ring
+all-reduce time per step · ``q4`` fix a training loop that deadlocks on uneven shards.
+
+Every check calls the learner's function on fixtures of its own, several of them, and
+recomputes the right result. ``q4`` runs the learner's loop on simulated ranks (threads) whose
+``all_reduce`` waits for the other ranks at most ``_COLLECTIVE_TIMEOUT`` seconds: a deadlock
+becomes a message, never a hang.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+
+import numpy as np
+
+from ..exercises import Exercise, NotDone, Wrong, as_number, is_blank, require_answer, solution_link
+
+NOTEBOOK = "07-more-than-one-gpu.ipynb"
+
+
+def _require_function(fn, name: str) -> None:
+    if not callable(fn) or is_blank(fn):
+        if is_blank(fn):
+            raise NotDone(f"define {name} and pass it to check().")
+        raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {type(fn).__name__} {fn!r:.80}.")
+
+
+def _call(fn, *args, what: str):
+    try:
+        result = fn(*args)
+    except (NotDone, Wrong):
+        raise
+    except Exception as exc:
+        if "____" in str(exc) or "_Blank" in str(exc):
+            raise NotDone(f"{what} still uses ____: replace it with your code.") from None
+        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+    return require_answer(result, what)
+
+
+# --- q1: global batch and learning rate ---------------------------------------------------
+
+_Q1_CASES = [(64, 8, 0.1, 256), (32, 2, 0.05, 32), (128, 4, 0.2, 64), (100, 3, 0.01, 100), (16, 1, 0.1, 256)]
+
+
+def _check_scaling(fn):
+    _require_function(fn, "scaled")
+    for per_replica, replicas, base_lr, base_batch in _Q1_CASES:
+        what = f"scaled({per_replica}, {replicas}, {base_lr}, {base_batch})"
+        result = _call(fn, per_replica, replicas, base_lr, base_batch, what=what)
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise Wrong(f"{what} should return two numbers, (global_batch, lr); got {result!r:.80}.")
+        batch = as_number("global_batch", result[0])
+        lr = as_number("lr", result[1])
+        want_batch = per_replica * replicas
+        want_lr = base_lr * want_batch / base_batch
+        if math.isclose(batch, want_lr, rel_tol=1e-6) and math.isclose(lr, want_batch, rel_tol=1e-6) \
+                and want_batch != want_lr:
+            raise Wrong(f"{what}: the two numbers are swapped; return (global_batch, lr) in that order.")
+        if batch != want_batch:
+            if batch == per_replica:
+                raise Wrong(f"{what}: global batch {batch:g} is one replica's batch. Every replica takes "
+                            f"{per_replica} samples per step, so one step uses {per_replica} × {replicas}.")
+            if math.isclose(batch, per_replica / replicas):
+                raise Wrong(f"{what}: global batch {batch:g}: you divided by the number of replicas; "
+                            "the per-replica batch is already a share, the global batch is their total.")
+            raise Wrong(f"{what}: global batch {batch:g}, expected per-replica batch × replicas.")
+        if math.isclose(lr, want_lr, rel_tol=1e-6):
+            continue
+        if math.isclose(lr, base_lr, rel_tol=1e-6):
+            raise Wrong(f"{what}: lr {lr:g} is the base learning rate unchanged. The linear scaling rule "
+                        "scales it with the batch: base_lr × global_batch / base_batch.")
+        if math.isclose(lr, base_lr * replicas, rel_tol=1e-6):
+            raise Wrong(f"{what}: lr {lr:g} = base_lr × replicas, which is right only when the per-replica "
+                        "batch equals base_batch. Scale by global_batch / base_batch.")
+        if math.isclose(lr, base_lr * math.sqrt(want_batch / base_batch), rel_tol=1e-6):
+            raise Wrong(f"{what}: lr {lr:g} uses square-root scaling (a rule some use with Adam); this "
+                        "exercise asks for the linear scaling rule of Goyal et al. for SGD.")
+        if math.isclose(lr, base_lr * base_batch / want_batch, rel_tol=1e-6):
+            raise Wrong(f"{what}: lr {lr:g}: the ratio is upside down. A larger batch gets a larger "
+                        "learning rate: base_lr × global_batch / base_batch.")
+        if math.isclose(lr, base_lr * per_replica / base_batch, rel_tol=1e-6):
+            raise Wrong(f"{what}: lr {lr:g} scales with the per-replica batch; scale with the global batch.")
+        raise Wrong(f"{what}: lr {lr:.4g}, expected base_lr × global_batch / base_batch = {want_lr:.4g}.")
+    return ("global batch = per-replica batch × replicas, and the linear scaling rule keeps the "
+            "update per sample the same. Large jumps need a warm-up (Goyal et al. 2017).")
+
+
+q1 = Exercise("ep07.q1", _check_scaling,
+              hint="global_batch = per_replica * replicas; lr = base_lr * global_batch / base_batch; "
+                   "return global_batch, lr.",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q2: shard by rank ----------------------------------------------------------------------
+
+_Q2_CASES = [(10, 3), (1000, 4), (7, 2), (8, 8), (5, 1), (97, 5)]
+
+
+def _indices(result, what: str, n: int) -> list:
+    if isinstance(result, (str, bytes, dict, set)) or not hasattr(result, "__len__"):
+        raise Wrong(f"{what} should return a list or array of sample indices; got {type(result).__name__}.")
+    try:
+        values = [v.item() if hasattr(v, "item") else v for v in result]
+    except Exception:
+        raise Wrong(f"{what} should return a flat list of sample indices.") from None
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise Wrong(f"{what} returned {v!r} among the indices; indices are whole numbers.")
+        if not 0 <= v < n:
+            raise Wrong(f"{what} returned index {v}, outside 0 … {n - 1}.")
+    return [int(v) for v in values]
+
+
+def _check_shard(fn):
+    _require_function(fn, "shard")
+    for n, world in _Q2_CASES:
+        orders = []
+        for epoch in (0, 1):
+            shards = [_indices(_call(fn, n, rank, world, epoch, what=f"shard({n}, {rank}, {world}, {epoch})"),
+                               f"shard({n}, {rank}, {world}, {epoch})", n) for rank in range(world)]
+            again = [_indices(_call(fn, n, rank, world, epoch, what="shard"), "shard", n) for rank in range(world)]
+            case = f"{n} samples, {world} ranks, epoch {epoch}"
+            if again != shards:
+                raise Wrong(f"{case}: two calls with the same arguments gave different shards. Each rank is a "
+                            "separate process: they agree only if the shuffle is seeded by (seed, epoch), the "
+                            "same on every rank.")
+            sizes = [len(s) for s in shards]
+            for rank, s in enumerate(shards):
+                if len(set(s)) != len(s):
+                    raise Wrong(f"{case}: rank {rank} has the same sample twice in its shard.")
+            seen = [i for s in shards for i in s]
+            if len(set(seen)) != len(seen):
+                dup = next(i for i in seen if seen.count(i) > 1)
+                owners = [r for r, s in enumerate(shards) if dup in s]
+                raise Wrong(f"{case}: sample {dup} is in the shards of ranks {owners}: a sample is seen twice "
+                            "per epoch. Did each rank shuffle with its own seed, or is rank 0-based?")
+            if len(set(sizes)) != 1:
+                raise Wrong(f"{case}: the shards have sizes {sizes}. Every rank must take the same number of "
+                            "steps, or the ranks with more batches wait forever in the all-reduce: drop the "
+                            "remainder (n // world_size per rank).")
+            if n - len(seen) > world - 1:
+                raise Wrong(f"{case}: only {len(seen)} of {n} samples are used; at most world_size - 1 = "
+                            f"{world - 1} may be dropped to make the shards equal.")
+            orders.append(shards)
+        if n >= 8 and world < n:
+            if all(s == sorted(s) and (len(s) < 2 or s[1] - s[0] in (1, world)) for s in orders[0]):
+                raise Wrong(f"{n} samples, {world} ranks: the shards are not shuffled: each epoch should draw a new random order, the same on every rank.")
+            if orders[0] == orders[1]:
+                raise Wrong(f"{n} samples, {world} ranks: epochs 0 and 1 give the same shards. Shuffle with "
+                            "the epoch in the seed, as DistributedSampler.set_epoch does.")
+    return ("every rank draws the same permutation from (seed, epoch) and takes its own slice: "
+            "no sample twice, equal shard sizes, a new order each epoch. That is DistributedSampler.")
+
+
+q2 = Exercise("ep07.q2", _check_shard,
+              hint="order = np.random.default_rng([seed, epoch]).permutation(n_samples); per_rank = n_samples // "
+                   "world_size; return order[:per_rank * world_size][rank::world_size].",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q3: ring all-reduce time ---------------------------------------------------------------
+
+def _q3_models():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(15, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 1))
+    frozen = nn.Sequential(nn.Linear(300, 200), nn.ReLU(), nn.Linear(200, 10))
+    for p in frozen[0].parameters():
+        p.requires_grad_(False)
+    half = nn.Sequential(nn.Linear(64, 512), nn.Linear(512, 64)).half()
+    return [("the episode-3 MLP", mlp, 2, 16.0), ("an MLP with a frozen first layer", frozen, 4, 25.0),
+            ("a float16 model", half, 8, 300.0), ("the episode-3 MLP", mlp, 1, 16.0)]
+
+
+def _check_allreduce(fn):
+    _require_function(fn, "allreduce_seconds")
+    for name, model, world, bw in _q3_models():
+        what = f"allreduce_seconds({name}, world_size={world}, bandwidth_gb_s={bw})"
+        got = as_number(what, _call(fn, model, world, bw, what=what))
+        grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        every = sum(p.numel() * p.element_size() for p in model.parameters())
+        numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        factor = 2 * (world - 1) / world
+        want = factor * grads / (bw * 1e9)
+        if math.isclose(got, want, rel_tol=0.005, abs_tol=1e-15):
+            continue
+        if world == 1:
+            raise Wrong(f"{what} is {got:.3g} s; with one process there is nobody to exchange with: 0 s. "
+                        "The ring formula has the factor (world_size - 1) / world_size.")
+        candidates = [
+            (want * 1e3, "milliseconds: return seconds"),
+            (want * 1e6, "microseconds: return seconds"),
+            (want * 8, "bits: a bandwidth in GB/s is bytes per second, so do not multiply by 8"),
+            (want / 8, "a division by 8: the sizes are already in bytes"),
+            (want * 1e9 / 2 ** 30, "GiB (2^30 bytes): GB/s here means 10^9 bytes per second"),
+            (want / 2, "no factor 2: a ring all-reduce is a reduce-scatter and then an all-gather, each "
+                       "sending (world_size - 1) / world_size of the gradients"),
+            (2 * grads / (bw * 1e9), "no (world_size - 1) / world_size: each rank sends 2 (N - 1) / N of "
+                                     "the gradient bytes, not twice all of them"),
+            (grads / (bw * 1e9), "just the gradient bytes over the bandwidth: a ring all-reduce sends "
+                                 "2 (N - 1) / N of them per rank"),
+            (factor * every / (bw * 1e9), "frozen parameters (requires_grad=False) too: they have no "
+                                          "gradient, so nothing of theirs is all-reduced"),
+            (factor * numel * 4 / (bw * 1e9), "4 bytes per parameter: use p.element_size(), a float16 "
+                                              "model has 2"),
+            (factor * numel / (bw * 1e9), "the number of parameters, not their bytes (numel × element_size)"),
+            (want * world, "a multiplication by world_size: that is the traffic of all ranks together; they "
+                           "send at the same time, each over its own link"),
+            (factor * grads, "bytes, not seconds: divide by the bandwidth in bytes per second"),
+        ]
+        for value, mistake in candidates:
+            if math.isclose(got, value, rel_tol=0.005):
+                raise Wrong(f"{what} is {got:.4g}: that counts {mistake}.")
+        raise Wrong(f"{what} is {got:.4g} s, expected {want:.4g} s = 2 (N - 1)/N × {grads} gradient bytes / "
+                    f"({bw:g} × 10^9 B/s).")
+    return ("each step moves 2 (N - 1)/N × the gradient bytes through every rank's link; NCCL overlaps "
+            "much of it with the backward pass, bucket by bucket, as DDP does.")
+
+
+q3 = Exercise("ep07.q3", _check_allreduce,
+              hint="grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad); "
+                   "return 2 * (world_size - 1) / world_size * grad_bytes / (bandwidth_gb_s * 1e9).",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q4: uneven shards, every rank in every collective ---------------------------------------
+
+_COLLECTIVE_TIMEOUT = 1.0   # seconds a simulated rank waits for the others in one all_reduce
+
+
+class _Deadlock(Exception):
+    pass
+
+
+class _World:
+    """Simulated ranks (threads) and an all_reduce that waits for all of them, with a timeout."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.barrier = threading.Barrier(size)
+        self.slots: dict = {}
+        self.calls = [0] * size
+        self.lock = threading.Lock()
+        self.mismatch = None
+
+    def all_reduce_for(self, rank: int):
+        def all_reduce(value, op="sum"):
+            if op not in ("sum", "min", "max"):
+                raise ValueError(f"all_reduce: op must be 'sum', 'min' or 'max', got {op!r}")
+            value = float(value)
+            with self.lock:
+                k = self.calls[rank]
+                self.calls[rank] += 1
+                self.slots.setdefault(k, {})[rank] = (op, value)
+            try:
+                self.barrier.wait(timeout=_COLLECTIVE_TIMEOUT)
+            except threading.BrokenBarrierError:
+                raise _Deadlock() from None
+            entries = self.slots[k]
+            ops = {o for o, _ in entries.values()}
+            if len(ops) > 1 and self.mismatch is None:
+                self.mismatch = (k, {r: o for r, (o, _) in sorted(entries.items())})
+            values = [v for _, v in entries.values()]
+            return {"sum": sum, "min": min, "max": max}[op](values)
+        return all_reduce
+
+
+def _reference(batches_per_rank, lr, divide=True):
+    world = len(batches_per_rank)
+    steps = min(len(b) for b in batches_per_rank)
+    weight, losses = 0.0, []
+    for s in range(steps):
+        grads = [weight - float(np.mean(b[s])) for b in batches_per_rank]
+        loss = [float(np.mean((weight - np.asarray(b[s])) ** 2) / 2) for b in batches_per_rank]
+        losses.append(sum(loss) / world)
+        weight -= lr * sum(grads) / (world if divide else 1)
+    return weight, losses
+
+
+def _q4_cases():
+    rng = np.random.default_rng(7)
+
+    def shard(n):
+        return [list(rng.normal(1.0, 1.0, 4).round(3)) for _ in range(n)]
+
+    return [[shard(5), shard(4)], [shard(3), shard(6), shard(4)], [shard(4), shard(4)],
+            [shard(2), shard(5), shard(5), shard(3)]]
+
+
+def _check_train(fn):
+    _require_function(fn, "train")
+    lr = 0.1
+    for batches_per_rank in _q4_cases():
+        world = len(batches_per_rank)
+        counts = [len(b) for b in batches_per_rank]
+        case = f"{world} ranks with {counts} batches"
+        sim = _World(world)
+        results, errors = [None] * world, [None] * world
+
+        def run(rank):
+            try:
+                results[rank] = fn(rank, world, batches_per_rank[rank], sim.all_reduce_for(rank), lr)
+            except _Deadlock as exc:
+                errors[rank] = exc
+            except BaseException as exc:  # noqa: BLE001 - reported to the learner
+                errors[rank] = exc
+                sim.barrier.abort()
+
+        threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=_COLLECTIVE_TIMEOUT * 20)
+        if any(t.is_alive() for t in threads):
+            sim.barrier.abort()
+            raise Wrong(f"{case}: train() did not return within {_COLLECTIVE_TIMEOUT * 20:g} s.")
+        other = [(r, e) for r, e in enumerate(errors) if e is not None and not isinstance(e, _Deadlock)]
+        if other:
+            rank, exc = other[0]
+            if "____" in str(exc) or "_Blank" in str(exc) or isinstance(exc, NotDone):
+                raise NotDone("train still uses ____: replace it with your code.")
+            raise Wrong(f"{case}: rank {rank} raised {type(exc).__name__}: {exc}.")
+        if sim.mismatch is not None:
+            k, ops = sim.mismatch
+            raise Wrong(f"{case}: in collective call #{k + 1} the ranks asked for different reductions {ops}. "
+                        "Every rank must make the same collective calls in the same order.")
+        if any(isinstance(e, _Deadlock) for e in errors):
+            stuck = [r for r, e in enumerate(errors) if isinstance(e, _Deadlock)]
+            calls = {r: sim.calls[r] for r in range(world)}
+            raise Wrong(f"{case}: deadlock. Ranks {stuck} waited {_COLLECTIVE_TIMEOUT:g} s in an all_reduce "
+                        f"that the other ranks never called (collective calls per rank: {calls}). Every "
+                        "rank must call every all_reduce: the same number of steps on every rank (agree on "
+                        "the smallest shard's count with op='min'), and no collective inside `if rank == 0`.")
+        want_w, want_losses = _reference(batches_per_rank, lr)
+        for rank, result in enumerate(results):
+            result = require_answer(result, f"train(rank={rank}, ...)")
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                raise Wrong(f"{case}: train should return (weight, losses); rank {rank} returned {result!r:.80}.")
+        weights = [as_number("weight", r[0]) for r in results]
+        if max(weights) - min(weights) > 1e-9:
+            raise Wrong(f"{case}: the ranks ended with different weights {[round(w, 5) for w in weights]}. "
+                        "Each rank must step with the gradient averaged over all ranks (all_reduce, then "
+                        "divide by world_size), not with its own.")
+        if not math.isclose(weights[0], want_w, rel_tol=1e-6, abs_tol=1e-9):
+            steps = min(counts)
+            if math.isclose(weights[0], _reference(batches_per_rank, lr, divide=False)[0], rel_tol=1e-6):
+                raise Wrong(f"{case}: weight {weights[0]:.5f}: the summed gradient was not divided by "
+                            "world_size, so the step is world_size times too large.")
+            raise Wrong(f"{case}: weight {weights[0]:.5f}, expected {want_w:.5f} after {steps} steps with "
+                        "the gradient averaged over the ranks.")
+        for rank, result in enumerate(results):
+            losses = result[1]
+            if isinstance(losses, (str, bytes)) or not hasattr(losses, "__len__"):
+                raise Wrong(f"{case}: losses should be a list, one mean loss per step; got {type(losses).__name__}.")
+            got = [as_number("loss", v) for v in losses]
+            if len(got) != len(want_losses):
+                raise Wrong(f"{case}: rank {rank} returned {len(got)} losses for {len(want_losses)} steps.")
+            if not np.allclose(got, want_losses, rtol=1e-6, atol=1e-12):
+                raise Wrong(f"{case}: rank {rank}'s losses {np.round(got, 4).tolist()} are not the mean over "
+                            f"all ranks {np.round(want_losses, 4).tolist()}: all_reduce the local loss on "
+                            "every rank and divide by world_size.")
+    return ("every rank takes the same number of steps and calls every collective, in the same order: "
+            "no deadlock, identical weights. DistributedSampler(drop_last=True) and DDP's join() context "
+            "manager do this for real jobs.")
+
+
+q4 = Exercise("ep07.q4", _check_train,
+              hint="steps = int(all_reduce(len(batches), op='min')); then for batch in batches[:steps], on EVERY "
+                   "rank: grad = all_reduce(local_grad(weight, batch)) / world_size, loss likewise, and step.",
+              solution=solution_link(NOTEBOOK))

@@ -1,0 +1,152 @@
+"""Launching the episode 7 training scripts from a notebook, safely.
+
+A notebook cannot be a worker of a multi-process job: ``torch.multiprocessing.spawn``
+pickles the function it starts by name, and a function defined in a notebook lives in
+``__main__``, which a fresh worker process does not have ("Can't get attribute ... on
+<module '__main__'>"). So the training scripts live in this package, as ordinary modules,
+and the notebook launches them the way one would on a cluster: with ``torchrun``
+(``python -m torch.distributed.run``) or, for TensorFlow, one process per worker.
+
+``launch`` runs such a command with a deadline, captures its output and prints it when the
+run is over, and kills the whole process group (launcher and workers) if it fails or runs
+out of time. ``free_port`` asks the operating system for a TCP port nobody is using, so
+that runs in parallel (two test workers, two learners on one machine) never collide.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+__all__ = ["Run", "free_port", "launch", "launch_many", "torchrun"]
+
+
+@dataclass
+class Run:
+    """What a launched command did: exit code (None if it was killed at the deadline), output, seconds."""
+
+    command: list
+    returncode: int | None
+    output: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(extra: dict | None) -> dict:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")          # one thread per worker: workers share the cores
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the process group of ``proc`` (it was started in a session of its own)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=5)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)           # anything left in the group (workers)
+    except ProcessLookupError:
+        pass
+
+
+def launch_many(commands: list, timeout: float, env: dict | list | None = None, show: bool = True,
+                labels: list | None = None) -> list:
+    """Start several commands at once (e.g. two "nodes"), wait for all, with one deadline.
+
+    Every command runs in a process group of its own; at the deadline, or if the caller is
+    interrupted, every group still alive is killed. Output is captured (stdout and stderr
+    together) and printed when all have finished.
+
+    Parameters
+    ----------
+    commands : list of list of str
+    timeout : float
+        Seconds for all of them together.
+    env : dict or list of dict, optional
+        Extra environment variables, the same for all or one dict per command.
+    show : bool
+        Print each command's output after the run.
+    labels : list of str, optional
+        Printed above each command's output.
+
+    Returns
+    -------
+    list of Run
+    """
+    envs = env if isinstance(env, list) else [env] * len(commands)
+    labels = labels or [" ".join(map(str, c[:1] + c[-3:])) for c in commands]
+    start = time.perf_counter()
+    procs, files = [], []
+    try:
+        for command, extra in zip(commands, envs):
+            out = _tempfile()
+            files.append(out)
+            procs.append(subprocess.Popen([str(c) for c in command], stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, env=_env(extra), start_new_session=True))
+        deadline = start + timeout
+        codes = []
+        for proc in procs:
+            try:
+                codes.append(proc.wait(timeout=max(0.0, deadline - time.perf_counter())))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+    finally:
+        for proc in procs:
+            _kill(proc)
+    seconds = time.perf_counter() - start
+    runs = []
+    for command, proc, code, out, label in zip(commands, procs, codes, files, labels):
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+        out.close()
+        runs.append(Run([str(c) for c in command], code, text, seconds))
+        if show:
+            if len(commands) > 1:
+                print(f"──── {label} ────")
+            print(text.rstrip())
+            if code is None:
+                print(f"✗ killed after the {timeout:g} s deadline (all its processes were stopped).")
+            elif code != 0:
+                print(f"✗ exited with code {code}.")
+    return runs
+
+
+def launch(command: list, timeout: float, env: dict | None = None, show: bool = True) -> Run:
+    """Run one command with a deadline; see ``launch_many``."""
+    return launch_many([command], timeout, env=env, show=show)[0]
+
+
+def _tempfile():
+    import tempfile
+
+    return tempfile.TemporaryFile()
+
+
+def torchrun(*args) -> list:
+    """``python -m torch.distributed.run ARGS``, with the interpreter of this kernel."""
+    return [sys.executable, "-m", "torch.distributed.run", *map(str, args)]

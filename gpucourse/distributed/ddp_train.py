@@ -1,0 +1,167 @@
+"""Data-parallel training with PyTorch DistributedDataParallel (DDP).
+
+Launch it with torchrun, one process per GPU (or, without GPUs, per CPU process):
+
+    python -m torch.distributed.run --standalone --nproc-per-node=2 \\
+        -m gpucourse.distributed.ddp_train --out runs/ddp
+
+torchrun starts the processes and gives each its RANK, LOCAL_RANK and WORLD_SIZE in the
+environment. Every process holds the whole model and trains on its own shard of each global
+batch; DDP averages the gradients across processes (an all-reduce) during backward(), so
+every process takes the same optimiser step and the copies stay identical.
+
+The global batch is fixed (--global-batch); each process takes global-batch / WORLD_SIZE
+samples of it. So one process and two processes see the same batches and, up to rounding,
+train the same weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def make_data(n_samples: int, n_features: int = 16, seed: int = 0) -> TensorDataset:
+    """A synthetic binary classification set, the same in every process (same seed)."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n_samples, n_features, generator=g)
+    w = torch.randn(n_features, generator=g)
+    y = ((X @ w + 0.5 * torch.randn(n_samples, generator=g)) > 0).float()
+    return TensorDataset(X, y)
+
+
+def make_model(n_features: int = 16, width: int = 64) -> nn.Module:
+    """The MLP of episode 3: two hidden ReLU layers, one logit. Seeded: every process starts alike."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(n_features, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                         nn.Linear(width, 1))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True, help="folder for the checkpoint and per-rank weights")
+    p.add_argument("--samples", type=int, default=4096)
+    p.add_argument("--width", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--global-batch", type=int, default=256, help="samples per step, all processes together")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--bench-steps", type=int, default=0, help="after training, time this many steps")
+    p.add_argument("--timeout", type=float, default=60, help="seconds a collective may wait for the others")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    # 1. Who am I? torchrun sets these; without it we are a world of one.
+    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    # 2. One device per process: GPU number LOCAL_RANK on this node if there is one GPU per
+    #    process here, else the CPU (e.g. two processes in Colab's one-GPU runtime).
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if torch.cuda.device_count() >= local_world_size:
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"                 # NVIDIA's collectives library: GPU to GPU, NVLink, InfiniBand
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"                 # collectives over TCP between CPU processes
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))
+    try:
+        train(args, rank, world_size, device)
+    finally:
+        dist.destroy_process_group()     # always: leave no half-open connections behind
+
+
+def train(args, rank: int, world_size: int, device: torch.device) -> None:
+    if args.global_batch % world_size:
+        raise SystemExit(f"--global-batch {args.global_batch} is not divisible by {world_size} processes")
+    per_rank = args.global_batch // world_size
+    data = make_data(args.samples)
+    # 3. Each process gets its own shard: a permutation drawn alike everywhere (seed + epoch),
+    #    cut so that no sample is seen twice per epoch.
+    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0, drop_last=True)
+    loader = DataLoader(data, batch_size=per_rank, sampler=sampler, drop_last=True)
+    model = make_model(data.tensors[0].shape[1], args.width).to(device)
+    # 4. DDP broadcasts rank 0's weights at the start and averages gradients during backward().
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    loss_fn = nn.BCEWithLogitsLoss()
+    if rank == 0:
+        print(f"[rank 0] {world_size} process(es), backend {dist.get_backend()}, device {device}; "
+              f"global batch {args.global_batch} = {per_rank} per process × {world_size}", flush=True)
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)         # a new shuffle each epoch, the same in every process
+        total = torch.zeros(2, device=device)
+        for xb, yb in loader:
+            xb, yb = xb.to(device), yb.to(device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(ddp(xb).squeeze(1), yb)
+            loss.backward()              # gradients are all-reduced (averaged) here
+            optimizer.step()
+            total += torch.stack([loss.detach() * len(xb), torch.tensor(float(len(xb)), device=device)])
+        dist.all_reduce(total)           # only for the log line: the loss over all processes
+        if rank == 0:
+            print(f"[rank 0] epoch {epoch + 1}: mean loss {(total[0] / total[1]).item():.5f} "
+                  f"over {int(total[1].item())} samples", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    weights = {k: v.detach().cpu() for k, v in ddp.module.state_dict().items()}
+    torch.save(weights, args.out / f"weights-rank{rank}.pt")      # for the notebook's comparison only
+    checksum = sum(float(v.double().sum()) for v in weights.values())
+    print(f"[rank {rank}] trained on {len(sampler)} samples per epoch; weight checksum {checksum:.10f}\n",
+          end="", flush=True)   # one write per line: the ranks share the output
+    # 5. Checkpoint from rank 0 only: the copies are identical, and one writer avoids a clobbered file.
+    if rank == 0:
+        torch.save({"model": weights, "optimizer": optimizer.state_dict(), "epochs": args.epochs,
+                    "world_size": world_size, "global_batch": args.global_batch}, args.out / "checkpoint.pt")
+    dist.barrier()                        # nobody leaves before the checkpoint is written
+    if args.bench_steps:
+        bench(args, rank, world_size, device, ddp, optimizer, loss_fn, per_rank, data)
+
+
+def bench(args, rank, world_size, device, ddp, optimizer, loss_fn, per_rank, data) -> None:
+    """Seconds per step with gradient all-reduce, and under ddp.no_sync() (no communication)."""
+    xb, yb = data.tensors[0][:per_rank].to(device), data.tensors[1][:per_rank].to(device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(ddp(xb).squeeze(1), yb).backward()
+        optimizer.step()
+
+    def timed(no_sync: bool) -> float:
+        times = []
+        for i in range(args.bench_steps + 2):
+            dist.barrier()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            if no_sync:
+                with ddp.no_sync():
+                    step()
+            else:
+                step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if i >= 2:                    # two warm-up steps
+                times.append(time.perf_counter() - start)
+        return sorted(times)[len(times) // 2]
+
+    with_sync, without = timed(False), timed(True)
+    if rank == 0:
+        result = {"world_size": world_size, "step_s": with_sync, "no_sync_step_s": without,
+                  "per_rank_batch": per_rank, "device": str(device)}
+        (args.out / "bench.json").write_text(json.dumps(result))
+        print(f"[rank 0] median step {with_sync * 1e3:.2f} ms; without all-reduce {without * 1e3:.2f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Data-parallel training across processes with TensorFlow's MultiWorkerMirroredStrategy.
+
+Start one process per worker, each with the same cluster description in TF_CONFIG and its
+own task index, e.g. for two workers on one machine:
+
+    TF_CONFIG='{"cluster": {"worker": ["127.0.0.1:12345", "127.0.0.1:12346"]},
+                "task": {"type": "worker", "index": 0}}' python -m gpucourse.distributed.tf_multiworker --out runs/tf
+    (and the same with "index": 1 in a second process)
+
+Every worker builds the same Keras model inside ``strategy.scope()``; the strategy keeps the
+copies in sync by all-reducing the gradients. Training is a custom loop with
+``strategy.run``: Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy
+("ValueError: ... PerReplica ... to a Tensor", keras-team/keras#20585).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True, help="folder for each worker's final weights")
+    p.add_argument("--samples", type=int, default=2048)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--global-batch", type=int, default=128, help="samples per step, all workers together")
+    p.add_argument("--lr", type=float, default=0.05)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    from gpucourse.frameworks import import_tensorflow
+
+    tf = import_tensorflow()
+    import keras
+    import numpy as np
+
+    # 1. The cluster and this worker's place in it come from TF_CONFIG.
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {"index": 0})
+    index, workers = task["index"], strategy.num_replicas_in_sync
+    print(f"[worker {index}] {workers} replicas in sync", flush=True)
+
+    # 2. The same data everywhere; the strategy gives each worker its own shard of every global batch.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((args.samples, 16)).astype("float32")
+    w = rng.standard_normal(16).astype("float32")
+    y = ((X @ w + 0.5 * rng.standard_normal(args.samples)) > 0).astype("float32")
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    dataset = (tf.data.Dataset.from_tensor_slices((X, y)).batch(args.global_batch, drop_remainder=True)
+               .with_options(options))
+    dist_dataset = strategy.experimental_distribute_dataset(dataset)
+
+    # 3. Model and optimiser are created inside the scope: their variables are mirrored.
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu"),
+                                  keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+        optimizer = keras.optimizers.SGD(learning_rate=args.lr, momentum=0.9)
+        loss_obj = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
+
+    def replica_step(xb, yb):
+        with tf.GradientTape() as tape:
+            per_sample = loss_obj(tf.expand_dims(yb, 1), model(xb, training=True))
+            # Divide by the GLOBAL batch: the all-reduce then sums the replicas' gradients into the mean.
+            loss = tf.nn.compute_average_loss(per_sample, global_batch_size=args.global_batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_step(xb, yb):
+        per_replica = strategy.run(replica_step, args=(xb, yb))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    for epoch in range(args.epochs):
+        losses = [float(train_step(xb, yb)) for xb, yb in dist_dataset]
+        print(f"[worker {index}] epoch {epoch + 1}: mean loss {np.mean(losses):.5f} over {len(losses)} steps",
+              flush=True)
+    weights = [v.numpy() for v in model.weights]
+    args.out.mkdir(parents=True, exist_ok=True)
+    np.savez(args.out / f"weights-worker{index}.npz", *weights)
+    print(f"[worker {index}] weight checksum {sum(float(v.astype('float64').sum()) for v in weights):.10f}",
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
