@@ -50,13 +50,16 @@ def has_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def _version(module: str) -> str | None:
-    if importlib.util.find_spec(module) is None:
-        return None
-    try:
-        return __import__(module).__version__
-    except Exception as exc:  # noqa: BLE001 - a broken install is worth recording, not fatal
-        return f"import failed: {type(exc).__name__}"
+def _version(*distributions: str) -> str | None:
+    """The installed version of the first of ``distributions`` (read from metadata, not imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in distributions:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return None
 
 
 def _cpu_model() -> str:
@@ -93,8 +96,10 @@ def hardware() -> dict:
 
 def software() -> dict:
     info = {"python": platform.python_version()}
-    for module in ("torch", "tensorflow", "keras", "numpy", "pandas", "sklearn", "uproot"):
-        info[module] = _version(module)
+    for key, distributions in (("torch", ("torch",)), ("tensorflow", ("tensorflow", "tensorflow-cpu")),
+                               ("keras", ("keras",)), ("numpy", ("numpy",)), ("pandas", ("pandas",)),
+                               ("scikit-learn", ("scikit-learn",)), ("uproot", ("uproot",))):
+        info[key] = _version(*distributions)
     try:
         import torch
 

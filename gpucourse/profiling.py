@@ -1,0 +1,59 @@
+"""Small helpers for episode 6, "Faster training".
+
+``SlowShards`` is a data set whose items are whole batches that take a set time to "read"
+(a stand-in for reading and decoding files). It lives in this module, not in the notebook,
+because ``DataLoader`` workers started with *spawn* (the default on macOS and Windows) import
+the data set's class by name: a class defined in a notebook cannot be found there.
+"""
+
+from __future__ import annotations
+
+import time
+
+__all__ = ["SlowShards", "self_time_table"]
+
+
+class SlowShards:
+    """Batches of ``(X, y)``, each taking ``read_seconds`` to produce.
+
+    Parameters
+    ----------
+    X, y : torch.Tensor
+        The whole table in host memory.
+    batch_size : int
+        Rows per item; item ``i`` is rows ``i * batch_size`` to ``(i + 1) * batch_size``.
+    read_seconds : float
+        Time each item waits, as if reading it from disk or the network. Waiting uses no CPU,
+        so worker processes overlap it even on a machine with few cores.
+    """
+
+    def __init__(self, X, y, batch_size: int, read_seconds: float):
+        if batch_size < 1 or read_seconds < 0:
+            raise ValueError(f"need batch_size >= 1 and read_seconds >= 0, got {batch_size} and {read_seconds}")
+        if len(X) < batch_size:
+            raise ValueError(f"X has {len(X)} rows, fewer than one batch of {batch_size}")
+        self.X, self.y, self.batch_size, self.read_seconds = X, y, batch_size, read_seconds
+
+    def __len__(self) -> int:
+        return len(self.X) // self.batch_size
+
+    def __getitem__(self, i: int):
+        if not 0 <= i < len(self):
+            raise IndexError(f"batch {i} out of range 0..{len(self) - 1}")
+        time.sleep(self.read_seconds)
+        rows = slice(i * self.batch_size, (i + 1) * self.batch_size)
+        return self.X[rows], self.y[rows]
+
+
+def self_time_table(prof, top: int = 8, device: bool = False) -> str:
+    """The ``top`` ops of a ``torch.profiler`` profile by self time, as a short text table.
+
+    ``device=True`` sorts by time on the GPU (self_device_time_total) instead of the CPU.
+    """
+    key = "self_device_time_total" if device else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[:top]
+    total = sum(getattr(e, key) for e in prof.key_averages()) or 1.0
+    lines = [f"{'op':<44} {'calls':>6} {'self ms':>9} {'share':>6}"]
+    for e in events:
+        lines.append(f"{e.key[:44]:<44} {e.count:>6} {getattr(e, key) / 1e3:>9.2f} {getattr(e, key) / total:>6.0%}")
+    return "\n".join(lines)

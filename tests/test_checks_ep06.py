@@ -1,0 +1,306 @@
+"""Episode 6's checks, three ways: right answers pass, stubs are "not done", wrong answers teach.
+
+The capstone (q4) check times the learner's loop against the original on this machine; the wrong
+fixes below are the ones a learner is tempted by: cutting steps, skipping the standardisation,
+training a new or smaller model, shuffling, another optimizer, or not fixing anything.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from gpucourse.checks import ep06
+from gpucourse.exercises import ____
+
+loss_fn = nn.BCEWithLogitsLoss()
+
+
+def assert_wrong(exercise, answers, words):
+    result, message = exercise.outcome(*answers)
+    assert result == "wrong", (result, message)
+    missing = [w for w in words if w.lower() not in message.lower()]
+    assert not missing, f"message lacks {missing}: {message}"
+    assert "Traceback" not in message
+
+
+# --- q1: amp_step ------------------------------------------------------------------------------
+
+def amp_step(model, optimizer, scaler, X, y, device_type, dtype):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        loss = loss_fn(model(X).squeeze(1), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def amp_step_set_to_none(model, optimizer, scaler, X, y, device_type, dtype):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type, dtype=dtype):
+        logits = model(X).squeeze(1)
+        loss = loss_fn(logits, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return float(loss)
+
+
+def _amp_variant(autocast=True, dtype=None, device_type=None, scale=True, via_scaler=True, update=True,
+                 update_first=False, zero_grad=True, ret="item"):
+    def step(model, optimizer, scaler, X, y, dev, dt):
+        if zero_grad:
+            optimizer.zero_grad()
+        ctx = (torch.autocast(device_type=device_type or dev, dtype=dtype or dt) if autocast
+               else torch.autocast(device_type="cpu", enabled=False))
+        with ctx:
+            loss = loss_fn(model(X).squeeze(1), y)
+        (scaler.scale(loss) if scale else loss).backward()
+        if update_first:
+            scaler.update()
+        if via_scaler:
+            scaler.step(optimizer)
+        else:
+            optimizer.step()
+        if update and not update_first:
+            scaler.update()
+        if ret == "tensor":
+            return loss
+        if ret == "scaled":
+            return scaler.scale(loss).item()
+        return loss.item()
+    return step
+
+
+def test_q1_right_answers_pass_and_stub_is_not_done():
+    assert ep06.q1.outcome(amp_step)[0] == "correct"
+    assert ep06.q1.outcome(amp_step_set_to_none)[0] == "correct"
+    assert ep06.q1.outcome(____)[0] == "not-done"
+    assert ep06.q1.outcome(lambda *a: ____)[0] == "not-done"
+
+
+Q1_WRONG = {
+    "no autocast": (_amp_variant(autocast=False), ["without autocast"]),
+    "cuda device_type on a CPU machine": (_amp_variant(device_type="cuda"), ["device_type", "not 'cuda'"]),
+    "hard-coded float16": (_amp_variant(dtype=torch.float16), ["dtype=dtype", "hard-coding"]),
+    "hard-coded bfloat16": (_amp_variant(dtype=torch.bfloat16), ["dtype=dtype"]),
+    "backward without scaling": (_amp_variant(scale=False), ["scaler.scale(loss).backward()"]),
+    "optimizer.step directly": (_amp_variant(via_scaler=False), ["scaler.step(optimizer)", "yourself"]),
+    "no update": (_amp_variant(update=False), ["scaler.update()"]),
+    "update before step": (_amp_variant(update_first=True), ["before", "step first"]),
+    "no zero_grad": (_amp_variant(zero_grad=False), ["zero_grad"]),
+    "returns the loss tensor": (_amp_variant(ret="tensor"), ["python float", "loss.item()"]),
+    "returns the scaled loss": (_amp_variant(ret="scaled"), ["unscaled loss"]),
+    "not a function": (3.0, ["pass the function itself"]),
+}
+
+
+@pytest.mark.parametrize("name", list(Q1_WRONG))
+def test_q1_wrong_answers_name_the_mistake(name):
+    answer, words = Q1_WRONG[name]
+    assert_wrong(ep06.q1, [answer], words)
+
+
+# --- q2: compile_report ------------------------------------------------------------------------
+
+def compile_report(step_times, warmup):
+    steady = statistics.median(step_times[warmup:])
+    return sum(step_times[:warmup]) - warmup * steady, steady
+
+
+def test_q2_right_answers_pass_and_stub_is_not_done():
+    assert ep06.q2.outcome(compile_report)[0] == "correct"
+    assert ep06.q2.outcome(lambda t, w: (float(np.sum(t[:w]) - w * np.median(t[w:])), float(np.median(t[w:]))))[0] \
+        == "correct"
+    assert ep06.q2.outcome(____)[0] == "not-done"
+    assert ep06.q2.outcome(lambda t, w: (____, ____))[0] == "not-done"
+
+
+Q2_WRONG = {
+    "mean steady time": (lambda t, w: (sum(t[:w]) - w * statistics.mean(t[w:]), statistics.mean(t[w:])),
+                         ["mean", "median"]),
+    "min steady time": (lambda t, w: (sum(t[:w]) - w * min(t[w:]), min(t[w:])), ["fastest step", "median"]),
+    "median includes warm-up": (lambda t, w: (sum(t[:w]) - w * statistics.median(t), statistics.median(t)),
+                                ["includes the warm-up"]),
+    "ignores warmup, first step only": (lambda t, w: (t[0] - statistics.median(t[1:]), statistics.median(t[1:])),
+                                        ["warmup", "argument"]),
+    "does not subtract ordinary work": (lambda t, w: (sum(t[:w]), statistics.median(t[w:])), ["subtract"]),
+    "first step as compile time": (lambda t, w: (t[0], statistics.median(t[w:])), ["first step alone"]),
+    "swapped": (lambda t, w: compile_report(t, w)[::-1], ["comes first"]),
+    "milliseconds": (lambda t, w: tuple(1e3 * v for v in compile_report(t, w)), ["milliseconds"]),
+    "constant": (lambda t, w: (30.0, 0.011), ["expected"]),
+    "one number": (lambda t, w: compile_report(t, w)[0], ["two numbers"]),
+    "text": (lambda t, w: ("30 s", "0.01 s"), ["number", "drop the quotes"]),
+}
+
+
+@pytest.mark.parametrize("name", list(Q2_WRONG))
+def test_q2_wrong_answers_name_the_mistake(name):
+    answer, words = Q2_WRONG[name]
+    assert_wrong(ep06.q2, [answer], words)
+
+
+# --- q3: top_op ----------------------------------------------------------------------------------
+
+def top_op(prof):
+    return max(prof.key_averages(), key=lambda e: e.self_cpu_time_total).key
+
+
+def test_q3_right_answers_pass_and_stub_is_not_done():
+    assert ep06.q3.outcome(top_op)[0] == "correct"
+    assert ep06.q3.outcome(lambda p: sorted(p.key_averages(), key=lambda e: -e.self_cpu_time_total)[0].key)[0] \
+        == "correct"
+    assert ep06.q3.outcome(____)[0] == "not-done"
+    assert ep06.q3.outcome(lambda p: ____)[0] == "not-done"
+
+
+Q3_WRONG = {
+    "inclusive time": (lambda p: max(p.key_averages(), key=lambda e: e.cpu_time_total).key,
+                       ["cpu_time_total", "inclusive"]),
+    "most calls": (lambda p: max(p.key_averages(), key=lambda e: e.count).key, ["called most often"]),
+    "least time": (lambda p: min(p.key_averages(), key=lambda e: e.self_cpu_time_total).key, ["least"]),
+    "first row": (lambda p: p.key_averages()[0].key, ["sort by self_cpu_time_total"]),
+    "hard-coded matmul": (lambda p: "aten::mm", ["fixed name"]),
+    "hard-coded sort": (lambda p: "aten::sort", ["self CPU time is 'aten::mm'"]),
+    "the event, not its name": (lambda p: max(p.key_averages(), key=lambda e: e.self_cpu_time_total),
+                                ["event.key"]),
+    "the time, not the name": (lambda p: max(e.self_cpu_time_total for e in p.key_averages()), ["str"]),
+    "the table text": (lambda p: p.key_averages().table(sort_by="self_cpu_time_total", row_limit=1), ["most self"]),
+}
+
+
+@pytest.mark.parametrize("name", list(Q3_WRONG))
+def test_q3_wrong_answers_name_the_mistake(name):
+    answer, words = Q3_WRONG[name]
+    assert_wrong(ep06.q3, [answer], words)
+
+
+# --- q4: the capstone ----------------------------------------------------------------------------
+
+def fast_train(model, X, y, steps, batch_size, lr=0.05):
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    X_std = torch.from_numpy((X - X.mean(axis=0)) / X.std(axis=0)).float()
+    y_t = torch.from_numpy(y).float()
+    n_batches = len(X) // batch_size
+    losses = []
+    for step in range(steps):
+        first = (step % n_batches) * batch_size
+        xb, yb = X_std[first:first + batch_size], y_t[first:first + batch_size]
+        optimizer.zero_grad()
+        loss = loss_fn(model(xb).squeeze(1), yb)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses).tolist()
+
+
+def _variant(standardise=True, shuffle=False, steps_cut=0, opt="sgd", lr=0.05, zero_grad=True, new_model=False,
+             no_grad=False, width=None, batch_scale=1, every_other=False, per_batch_std=False, mutate=False):
+    def train(model, X, y, steps, batch_size):
+        if new_model:
+            model = copy.deepcopy(model)
+        if width is not None:
+            model[2] = nn.Linear(model[2].in_features, width)
+            model[4] = nn.Linear(width, 1)
+        optimizer = (torch.optim.SGD(model.parameters(), lr=lr) if opt == "sgd"
+                     else torch.optim.Adam(model.parameters(), lr=lr))
+        if mutate:
+            X -= X.mean(axis=0)
+            X /= X.std(axis=0)
+            Xs = X
+        else:
+            Xs = (X - X.mean(axis=0)) / X.std(axis=0) if standardise else X
+        X_std = torch.from_numpy(Xs).float()
+        y_t = torch.from_numpy(y).float()
+        bs = batch_size // batch_scale
+        n_batches = len(X) // bs
+        order = torch.randperm(n_batches, generator=torch.Generator().manual_seed(0)) if shuffle else None
+        losses = []
+        for step in range(steps - steps_cut):
+            if every_other and step % 2:
+                losses.append(losses[-1])
+                continue
+            k = step % n_batches
+            k = int(order[k]) if shuffle else k
+            xb, yb = X_std[k * bs:(k + 1) * bs], y_t[k * bs:(k + 1) * bs]
+            if per_batch_std:
+                xb = (xb - xb.mean(0)) / xb.std(0)
+            if zero_grad:
+                optimizer.zero_grad()
+            if no_grad:
+                with torch.no_grad():
+                    loss = loss_fn(model(xb).squeeze(1), yb)
+                losses.append(loss)
+                continue
+            loss = loss_fn(model(xb).squeeze(1), yb)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach())
+        return [float(v) for v in losses]
+    return train
+
+
+def test_one_thread_restores_the_thread_count():
+    before = torch.get_num_threads()
+    with ep06.one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+def test_q4_solution_passes_and_stub_is_not_done():
+    result, message = ep06.q4.outcome(fast_train)
+    assert result == "correct", message
+    assert ep06.q4.outcome(____)[0] == "not-done"
+    assert ep06.q4.outcome(lambda model, X, y, steps, batch_size: ____)[0] == "not-done"
+
+
+Q4_WRONG = {
+    "no fix at all: the original loop": (ep06.slow_train, ["slow_train itself"]),
+    "the original, wrapped": (lambda m, X, y, s, b: list(ep06.slow_train(m, X, y, s, b)), ["3×", "profile"]),
+    "cut steps": (_variant(steps_cut=10), ["losses for", "cut steps"]),
+    "skips the standardisation": (_variant(standardise=False), ["first loss", "whole X"]),
+    "standardises each batch on its own": (_variant(per_batch_std=True), ["loss", "whole X"]),
+    "shuffled batches": (_variant(shuffle=True), ["same batches"]),
+    "Adam instead of SGD": (_variant(opt="adam"), ["same optimizer"]),
+    "another learning rate": (_variant(lr=0.1), ["lr=0.05"]),
+    "no zero_grad": (_variant(zero_grad=False), ["zero_grad"]),
+    "trains a copy, not the model given": (_variant(new_model=True), ["untrained", "not a new one"]),
+    "no training under no_grad": (_variant(no_grad=True), ["untrained", "no_grad"]),
+    "smaller model": (_variant(width=16), ["changed shape", "may not change the model"]),
+    "half batches": (_variant(batch_scale=2), ["first loss"]),
+    "skips every other step": (_variant(every_other=True), ["losses part"]),
+    "standardises X in place": (_variant(mutate=True), ["in place"]),
+    "hard-coded losses": (lambda m, X, y, s, b: [0.69] * s, ["untrained"]),
+    "returns one number": (lambda m, X, y, s, b: fast_train(m, X, y, s, b)[-1], ["list of losses"]),
+    "not a function": ([0.7, 0.6], ["pass the function itself"]),
+}
+
+
+@pytest.mark.parametrize("name", list(Q4_WRONG))
+def test_q4_wrong_fixes_are_rejected(name):
+    answer, words = Q4_WRONG[name]
+    assert_wrong(ep06.q4, [answer], words)
+
+
+def test_q4_original_is_deliberately_much_slower():
+    """The required factor must be far from noise: the fix is many times faster than REQUIRED_SPEEDUP."""
+    X, y = ep06.capstone_data(11)
+    model = ep06.capstone_model(11)
+    with ep06.one_thread():
+        slow = min(_timed(ep06.slow_train, model, X, y) for _ in range(2))
+        best = min(_timed(fast_train, model, X, y) for _ in range(3))
+    assert slow / best > 2 * ep06.REQUIRED_SPEEDUP, (slow, best)
+
+
+def _timed(fn, model, X, y):
+    import time
+
+    start = time.perf_counter()
+    fn(copy.deepcopy(model), X, y, 60, 256)
+    return time.perf_counter() - start
