@@ -158,17 +158,29 @@ def require_answer(value, what: str):
     return value
 
 
-def call_answer(fn, *args, what: str):
-    """Call a learner's function: its errors become ``Wrong``, a stub result ``NotDone``.
+def mentions_blank(exc: BaseException) -> bool:
+    """True if ``exc`` comes from the placeholder ``____`` still in the learner's code."""
+    text = str(exc)
+    return "_Blank" in text or "____" in text
+
+
+def call_answer(fn, *args, what: str, explain=None):
+    """Call a learner's function: its errors become ``Wrong``, a stub ``NotDone``.
 
     ``what`` describes the call in messages, e.g. ``"matmul_tflops(512, 1.0)"``.
+    ``explain(exc)`` may return a sentence that names the mistake behind an error.
+    An error that comes from the placeholder ``____`` still in the code, and a
+    result that is ``None`` or ``____``, mean "not done yet".
     """
     try:
         result = fn(*args)
     except (NotDone, Wrong):
         raise
     except Exception as exc:
-        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+        if mentions_blank(exc):
+            raise NotDone(f"{what} still uses ____: replace it with your code.") from None
+        reason = explain(exc) if explain else None
+        raise Wrong(reason or f"{what} raised {type(exc).__name__}: {exc}.") from None
     return require_answer(result, what)
 
 

@@ -33,7 +33,9 @@ from unittest import mock
 
 import numpy as np
 
-from ..exercises import Exercise, NotDone, Wrong, as_number, is_blank, require_answer, solution_link
+from ..exercises import Exercise, NotDone, Wrong, as_number, is_blank, solution_link
+from ..exercises import call_answer as _call
+from ..exercises import mentions_blank as _mentions_blank
 
 NOTEBOOK = "03-pytorch-classifier.ipynb"
 
@@ -54,28 +56,6 @@ def _describe(value) -> str:
 def _require_function(fn, name: str) -> None:
     if not callable(fn):
         raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {_describe(fn)}.")
-
-
-def _mentions_blank(exc: BaseException) -> bool:
-    text = str(exc)
-    return "_Blank" in text or "____" in text
-
-
-def _call(fn, *args, what: str, explain=None):
-    """``fn(*args)``: ``NotDone`` while it still uses ``____``; its errors become ``Wrong``.
-
-    ``explain(exc)`` may return a sentence that names the mistake behind an error.
-    """
-    try:
-        result = fn(*args)
-    except (NotDone, Wrong):
-        raise
-    except Exception as exc:
-        if _mentions_blank(exc):
-            raise NotDone(f"{what} still uses ____: replace it with your code.") from None
-        reason = explain(exc) if explain else None
-        raise Wrong(reason or f"{what} raised {type(exc).__name__}: {exc}.") from None
-    return require_answer(result, what)
 
 
 def _code_names(fn) -> set[str]:
@@ -499,7 +479,7 @@ def _check_train_step(train_step):
                         "optimizer.step(), after loss.backward().")
         grads = optimizer.grads_at_step
         if any(g is None for g in grads):
-            raise Wrong(f"when optimizer.step() ran, the parameters had no gradients. The order is "
+            raise Wrong("when optimizer.step() ran, the parameters had no gradients. The order is "
                         "optimizer.zero_grad(), loss = ..., loss.backward(), optimizer.step().")
         if all(torch.allclose(g, e + _STALE_GRAD, atol=1e-5) for g, e in zip(grads, expected_grads)):
             raise Wrong("the gradients of an earlier step were still there when optimizer.step() ran "

@@ -48,6 +48,8 @@ from ..exercises import (
     require_answer,
     solution_link,
 )
+from ..exercises import call_answer as _call
+from ..exercises import mentions_blank as _mentions_blank
 
 SOLUTIONS = solution_link("04-keras-cnn.ipynb")
 
@@ -74,28 +76,6 @@ def _callable(fn, name: str) -> None:
         raise NotDone(f"{name} is still ____.")
     if not callable(fn):
         raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {_describe(fn)}.")
-
-
-def _mentions_blank(exc: BaseException) -> bool:
-    text = str(exc)
-    return "_Blank" in text or "____" in text
-
-
-def _call(fn, *args, what: str, explain=None):
-    """``fn(*args)``: ``NotDone`` while it still uses ``____``; its errors become ``Wrong``.
-
-    ``explain(exc)`` may return a sentence that names the mistake behind an error.
-    """
-    try:
-        result = fn(*args)
-    except (NotDone, Wrong):
-        raise
-    except Exception as exc:
-        if _mentions_blank(exc):
-            raise NotDone(f"{what} still uses ____: replace it with your code.") from None
-        reason = explain(exc) if explain else None
-        raise Wrong(reason or f"{what} raised {type(exc).__name__}: {exc}.") from None
-    return require_answer(result, what)
 
 
 # --------------------------------------------------------------------------- q1

@@ -19,14 +19,10 @@ import time
 
 import numpy as np
 
-from ..exercises import Exercise, NotDone, Wrong, as_number, is_blank, require_answer, solution_link
+from ..exercises import Exercise, NotDone, Wrong, as_number, is_blank, solution_link
+from ..exercises import call_answer as _call
 
 NOTEBOOK = "06-faster-training.ipynb"
-
-
-def _mentions_blank(exc: BaseException) -> bool:
-    text = str(exc)
-    return "_Blank" in text or "____" in text
 
 
 def _require_function(fn, name: str) -> None:
@@ -34,18 +30,6 @@ def _require_function(fn, name: str) -> None:
         raise NotDone(f"replace ____ with your function {name}.")
     if not callable(fn):
         raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {type(fn).__name__}.")
-
-
-def _call(fn, *args, what: str):
-    try:
-        result = fn(*args)
-    except (NotDone, Wrong):
-        raise
-    except Exception as exc:
-        if _mentions_blank(exc):
-            raise NotDone(f"{what} still uses ____: replace it with your code.") from None
-        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
-    return require_answer(result, what)
 
 
 # --- q1: a mixed-precision step ------------------------------------------------------------
@@ -290,7 +274,6 @@ def _workloads():
 
 
 def _profile(fn):
-    import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
     fn()  # warm-up

@@ -18,6 +18,7 @@ import threading
 import numpy as np
 
 from ..exercises import Exercise, NotDone, Wrong, as_number, is_blank, require_answer, solution_link
+from ..exercises import call_answer as _call
 
 NOTEBOOK = "07-more-than-one-gpu.ipynb"
 
@@ -27,18 +28,6 @@ def _require_function(fn, name: str) -> None:
         if is_blank(fn):
             raise NotDone(f"define {name} and pass it to check().")
         raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {type(fn).__name__} {fn!r:.80}.")
-
-
-def _call(fn, *args, what: str):
-    try:
-        result = fn(*args)
-    except (NotDone, Wrong):
-        raise
-    except Exception as exc:
-        if "____" in str(exc) or "_Blank" in str(exc):
-            raise NotDone(f"{what} still uses ____: replace it with your code.") from None
-        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
-    return require_answer(result, what)
 
 
 # --- q1: global batch and learning rate ---------------------------------------------------

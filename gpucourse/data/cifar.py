@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import settings
 from . import cache
-from .download import DownloadError, fetch
+from .download import fetch
 
 CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer",
                "dog", "frog", "horse", "ship", "truck")
