@@ -419,7 +419,7 @@ Q4_WRONG = {
     "CPU clock": (make_timer(clock=time.process_time), ["before the work had finished", "process_time"]),
     "all the times": (make_timer(summary=list), ["return one", "median"]),
     "a constant": (lambda epoch_fn, sync, warmup=1, repeats=3: 0.04, ["never called epoch_fn()"]),
-    "a constant after timing correctly": (make_timer(summary=lambda t: 0.07), ["0.07", "median of the 3 timed repeats"]),
+    "a constant after timing correctly": (make_timer(summary=lambda t: 0.07), ["0.07", "median"]),  # under load it may read as the mean
     "text": (make_timer(summary=lambda t: f"{statistics.median(t):.3f}"), ["text in quotes"]),
     "benchmark() does it all": (_uses_benchmark, ["benchmark", "yourself"]),
     "not a function": (0.04, ["pass the function itself"]),

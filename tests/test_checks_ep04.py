@@ -282,8 +282,11 @@ def with_prefetch(ds):
 
 def test_q3_right_answer():
     slow_ds = ep04.q3_slow_pipeline()
-    t_slow, t_fast = _time_pipeline(slow_ds), _time_pipeline(with_prefetch(slow_ds))
-    result, message = outcome(ep04.q3, with_prefetch, t_slow, t_fast)
+    for _ in range(3):  # as a learner re-runs the timing cell when a busy machine spoilt it
+        t_slow, t_fast = _time_pipeline(slow_ds), _time_pipeline(with_prefetch(slow_ds))
+        result, message = outcome(ep04.q3, with_prefetch, t_slow, t_fast)
+        if result == "correct" or "machine was busy" not in message:
+            break
     assert result == "correct" and "faster" in message, message
     assert outcome(ep04.q3, lambda ds: ds.prefetch(1), t_slow, t_fast)[0] == "correct"
 
