@@ -1,0 +1,832 @@
+"""Checks for episode 5, "GPU memory".
+
+``q1`` the bytes of a model's training state · ``q2`` the largest batch from two measurements ·
+``q3`` an out-of-memory-safe search for the largest batch · ``q4`` gradient accumulation that
+gives the full batch's gradients · ``q5`` choose how to fit a step in memory from measured costs.
+
+Every check calls the learner's function on cases of its own, several of them, so that a constant
+or an answer right for one case only cannot pass, and recomputes or measures the right result:
+
+* ``q1`` trains each model one step with a real optimizer and adds up the bytes of the parameters,
+  gradients and optimizer state that exist afterwards;
+* ``q3`` hands the learner's search a simulated GPU (``SimulatedGPU``) whose memory limit the check
+  chooses. A step that does not fit raises ``torch.OutOfMemoryError`` and, like a real failed
+  step, leaves its "tensors" referenced from the exception's traceback; the simulated GPU notices a
+  retry made while they are still alive (inside the ``except`` block, or with the exception kept);
+* ``q4`` runs the learner's accumulation and a full-batch step side by side, compares the gradients
+  the optimizer receives, watches the batch sizes the model sees, and measures the peak memory
+  with ``gpucourse.memory.TensorMeter``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import gc
+import math
+import numbers
+import weakref
+from fractions import Fraction
+from unittest import mock
+
+from ..exercises import (Exercise, NotDone, Wrong, as_number, call_answer, is_blank, mentions_blank,
+                         solution_link)
+
+NOTEBOOK = "05-gpu-memory.ipynb"
+GIB, MIB = 2**30, 2**20
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+def _describe(value) -> str:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"a torch.Tensor of shape {tuple(value.shape)}"
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def _require_function(fn, name: str) -> None:
+    if is_blank(fn):
+        raise NotDone(f"define {name} and pass the function itself to check().")
+    if not callable(fn):
+        raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {_describe(fn)}.")
+
+
+def _constant(values, expected) -> bool:
+    """True when the learner gave one answer for every case, though the right answers differ."""
+    return len(values) > 1 and len({repr(v) for v in values}) == 1 and len({repr(e) for e in expected}) > 1
+
+
+def _uses_blank(fn) -> bool:
+    """True if the code of ``fn`` (nested functions too) still names the placeholder ``____``."""
+    todo, seen = [getattr(fn, "__code__", None)], 0
+    while todo and seen < 100:
+        code, seen = todo.pop(), seen + 1
+        if code is None:
+            continue
+        if "____" in code.co_names or "____" in code.co_freevars:
+            return True
+        todo.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+    return False
+
+
+def _whole_number(name: str, value) -> int:
+    """``value`` as an int; ``Wrong`` for text, booleans, NaN and numbers with a fraction."""
+    got = as_number(name, value)
+    if not float(got).is_integer():
+        raise Wrong(f"{name} is {got:g}; it should be a whole number.")
+    return int(got)
+
+
+def _fmt(nbytes: float) -> str:
+    from ..memory import format_bytes
+
+    return f"{format_bytes(nbytes)} ({nbytes:,.0f} bytes)"
+
+
+# --- q1: the bytes of a model's training state -------------------------------------------------
+
+def _q1_cases():
+    """(description, model factory, optimizer factory, copies). Each factory call builds afresh."""
+    import torch
+    from torch import nn
+
+    def mlp(width=64, dtype=torch.float32, frozen_first=False):
+        def make():
+            torch.manual_seed(51)
+            model = nn.Sequential(nn.Linear(15, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                                  nn.Linear(width, 1)).to(dtype)
+            if frozen_first:
+                model[0].requires_grad_(False)
+            return model
+        return make
+
+    def cnn():
+        torch.manual_seed(52)
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+    adam = lambda ps: torch.optim.Adam(ps, lr=1e-3)                       # noqa: E731
+    adamw = lambda ps: torch.optim.AdamW(ps, lr=1e-3)                     # noqa: E731
+    momentum = lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9)      # noqa: E731
+    sgd = lambda ps: torch.optim.SGD(ps, lr=1e-2)                          # noqa: E731
+    return [
+        ("episode 3's MLP (15 → 64 → 64 → 1, float32) with Adam, copies=2", mlp(), adam, 2, (15,)),
+        ("the same MLP with SGD and momentum, copies=1", mlp(), momentum, 1, (15,)),
+        ("a small CNN (float32) with plain SGD, copies=0", cnn, sgd, 0, (3, 8, 8)),
+        ("an MLP 15 → 96 → 96 → 1 in bfloat16 with AdamW, copies=2", mlp(96, torch.bfloat16), adamw, 2, (15,)),
+        ("an MLP whose first layer is frozen (requires_grad=False), with Adam, copies=2",
+         mlp(frozen_first=True), adam, 2, (15,)),
+        ("an MLP 15 → 40 → 40 → 1 in float64 with SGD and momentum, copies=1", mlp(40, torch.float64), momentum, 1, (15,)),
+    ]
+
+
+def _measured_state(make_model, make_optimizer, sample_shape):
+    """Train one step, then add up the bytes of parameters, gradients and per-parameter optimizer state."""
+    import torch
+
+    model = make_model()
+    params = list(model.parameters())
+    optimizer = make_optimizer(params)
+    dtype = params[0].dtype
+    torch.manual_seed(53)
+    x = torch.randn(4, *sample_shape, dtype=dtype)
+    model(x).float().square().mean().backward()
+    optimizer.step()
+    weights = sum(p.numel() * p.element_size() for p in params)
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+    state = 0
+    for p in params:
+        for value in optimizer.state.get(p, {}).values():
+            if isinstance(value, torch.Tensor) and value.shape == p.shape:   # not Adam's scalar step count
+                state += value.numel() * value.element_size()
+    return model, {"weights": weights, "gradients": grads, "state": state}
+
+
+def _q1_alternatives(model, copies):
+    """Answers that common mistakes give for ``model``: {message: bytes}."""
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    size = lambda ps: sum(p.numel() * p.element_size() for p in ps)   # noqa: E731
+    count = lambda ps: sum(p.numel() for p in ps)                      # noqa: E731
+    right = size(params) + size(trainable) * (1 + copies)
+    return {
+        "you counted the weights only: training also holds a gradient per trainable parameter and the "
+        "optimizer's `copies` state tensors.": size(params),
+        "the gradients are missing: backward() stores one gradient per trainable parameter, the size of the "
+        "parameter, until zero_grad(set_to_none=True).": size(params) + size(trainable) * copies,
+        "the optimizer state is missing: add `copies` tensors the size of each trainable parameter "
+        "(Adam keeps two: exp_avg and exp_avg_sq).": size(params) + size(trainable),
+        "frozen parameters (requires_grad=False) get no gradient and no optimizer state: count those two "
+        "only for parameters with p.requires_grad.": size(params) * (2 + copies),
+        "you used 4 bytes for every number; use each parameter's own size, p.element_size() "
+        "(2 for bfloat16, 8 for float64).": 4 * (count(params) + count(trainable) * (1 + copies)),
+        "that is in bits: divide by 8 (a float32 number is 4 bytes, 32 bits).": 8 * right,
+        "you counted numbers, not bytes: multiply each parameter's numel() by its element_size().":
+            count(params) + count(trainable) * (1 + copies),
+        "you ignored `copies` and counted Adam's two state tensors for every optimizer; SGD keeps none, "
+        "SGD with momentum one.": size(params) + size(trainable) * 3,
+        "that is in GiB; return bytes (1 GiB = 2**30 bytes).": right / GIB,
+        "that is in MiB; return bytes (1 MiB = 2**20 bytes).": right / MIB,
+        "that is in GB; return bytes.": right / 1e9,
+        "that is in MB; return bytes.": right / 1e6,
+        "you counted the gradients twice.": size(params) + size(trainable) * (2 + copies),
+    }
+
+
+def _same(got: float, value: float) -> bool:
+    """Equal as byte counts (within half a byte), or to a millionth for values in larger units."""
+    return abs(got - value) <= (0.5 if abs(value) >= 1 else 1e-6 * abs(value))
+
+
+def _check_state_bytes(training_state_bytes):
+    _require_function(training_state_bytes, "training_state_bytes")
+    results = []
+    for description, make_model, make_optimizer, copies, shape in _q1_cases():
+        model, parts = _measured_state(make_model, make_optimizer, shape)
+        expected = sum(parts.values())
+        what = f"training_state_bytes(model, {copies}) for {description}"
+        got_raw = call_answer(training_state_bytes, make_model(), copies, what=what)
+        got = as_number(what, got_raw)
+        results.append((description, model, copies, got, expected, parts, what))
+    wrong = [r for r in results if abs(r[3] - r[4]) > 0.5]
+    if wrong and _constant([r[3] for r in results], [r[4] for r in results]):
+        raise Wrong(f"training_state_bytes returned {results[0][3]:,.6g} for every model and optimizer, but they "
+                    f"hold from {min(r[4] for r in results):,} to {max(r[4] for r in results):,} bytes: compute the "
+                    "answer from model.parameters() and copies, not a number you worked out once.")
+    if not wrong:
+        for description, model, copies, got, expected, parts, what in results:
+            if not float(got).is_integer():
+                raise Wrong(f"{what} returned {got!r}; bytes are a whole number.")
+        first = results[0]
+        return (f"right on {len(results)} models and optimizers, measured after a real optimizer step. "
+                f"Episode 3's MLP with Adam holds {first[4]:,} bytes: 16 per parameter.")
+    for message in _q1_alternatives(results[0][1], results[0][2]):
+        if all(_same(got, _q1_alternatives(model, copies)[message]) for _, model, copies, got, _, _, _ in results):
+            raise Wrong(message)
+    description, model, copies, got, expected, parts, what = wrong[0]
+    for message, value in _q1_alternatives(model, copies).items():
+        if _same(got, value):
+            right_on = [r[0] for r in results if abs(r[3] - r[4]) <= 0.5]
+            where = f" (right for {len(right_on)} of the {len(results)} cases)" if right_on else ""
+            raise Wrong(f"{what} returned {got:,.6g}{where}: {message}")
+    right_on = [r[0] for r in results if abs(r[3] - r[4]) <= 0.5]
+    hint = (f" It is right for {right_on[0]}, so look at what differs: dtype, frozen parameters, copies."
+            if right_on else "")
+    raise Wrong(f"{what} returned {got:,.6g}, but after one optimizer step the model holds {expected:,} bytes: "
+                f"{parts['weights']:,} of weights, {parts['gradients']:,} of gradients and {parts['state']:,} "
+                f"of optimizer state.{hint}")
+
+
+q1 = Exercise("ep05.q1", _check_state_bytes,
+              hint="Loop over model.parameters(): every parameter costs p.numel() * p.element_size() bytes; "
+                   "if p.requires_grad, it also has a gradient and `copies` optimizer-state tensors of the same "
+                   "size. Add it all up and return an int.",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q2: the largest batch from two measurements ----------------------------------------------
+
+def _q2_case(budget_gib, fixed, per_sample, b1, b2):
+    peak1 = fixed + per_sample * b1
+    peak2 = fixed + per_sample * b2
+    return (budget_gib, b1, int(peak1), b2, int(peak2))
+
+
+_Q2_CASES = [
+    ("the episode 3 MLP on a T4 (14.74 GiB)", _q2_case(14.74, 1_234_567_890, 4160.25, 512, 4096)),
+    ("a CNN in 2 GiB, measurements given largest batch first", _q2_case(2, 300_000_000, 2_900_000.5, 128, 32)),
+    ("a large model in 80 GiB", _q2_case(80, 20_000_000_000, 150_000.75, 64, 1024)),
+    ("a budget of 1 GiB given as an int", _q2_case(1, 3_500_000, 1000.5, 1000, 3000)),
+    ("a model whose state alone takes more than the budget of 0.5 GiB", _q2_case(0.5, 700_000_000, 3000.0, 8, 64)),
+]
+
+
+def _q2_expected(budget_gib, b1, p1, b2, p2, *, bytes_per_gib=GIB, rounding=math.floor, fixed_from=None):
+    per_sample = Fraction(p2 - p1, b2 - b1)
+    fixed = Fraction(p1) - per_sample * b1 if fixed_from is None else Fraction(fixed_from)
+    budget = Fraction(budget_gib).limit_denominator(10**6) * bytes_per_gib
+    return max(0, rounding((budget - fixed) / per_sample))
+
+
+def _q2_alternatives(case):
+    budget_gib, b1, p1, b2, p2 = case
+    budget = Fraction(budget_gib).limit_denominator(10**6) * GIB
+    per_sample = Fraction(p2 - p1, b2 - b1)
+    return {
+        "you treated the peak as proportional to the batch (peak / batch per sample, nothing fixed). "
+        "Part of the peak does not depend on the batch: weights, gradients, optimizer state. Take the slope "
+        "between the two measurements for the per-sample part, and the rest as fixed.":
+            [math.floor(budget / Fraction(p2, b2)), math.floor(budget / Fraction(p1, b1))],
+        "1 GiB is 2**30 bytes, not 10**9 (that is a GB).": [_q2_expected(*case, bytes_per_gib=10**9)],
+        "the budget came out far too small: budget_gib is in GiB; multiply it by 2**30 to compare it with peaks "
+        "in bytes (2**20 bytes is a MiB).": [_q2_expected(*case, bytes_per_gib=MIB), _q2_expected(*case, bytes_per_gib=1)],
+        "that batch is one too many: its predicted peak is above the budget. Round down (math.floor).":
+            [_q2_expected(*case, rounding=math.ceil), _q2_expected(*case, rounding=round)],
+        "you took peak1 as the fixed part, but peak1 already includes the activations of b1 samples: the "
+        "fixed part is peak1 - per_sample * b1.": [_q2_expected(*case, fixed_from=p1),
+                                                    _q2_expected(*case, fixed_from=p2)],
+        "when not even one sample fits, return 0, not a negative batch.":
+            [math.floor((budget - (Fraction(p1) - per_sample * b1)) / per_sample)],
+    }
+
+
+def _check_max_batch(max_batch):
+    _require_function(max_batch, "max_batch")
+    results, raws = [], []
+    for description, case in _Q2_CASES:
+        what = f"max_batch{case} ({description})"
+        got = call_answer(max_batch, *case, what=what)
+        value = as_number(what, got)
+        raws.append(got)
+        results.append((description, case, value, _q2_expected(*case), what))
+    wrong = [r for r in results if r[2] != r[3]]
+    if not wrong:
+        for (description, case, _, _, what), raw in zip(results, raws):
+            if isinstance(raw, bool) or not isinstance(raw, numbers.Integral):
+                raise Wrong(f"{what} returned {raw!r}, the right size but a {type(raw).__name__}: return an int "
+                            "(math.floor returns one; a / b is always a float), ready for torch.randn(batch, ...).")
+        return (f"right on {len(results)} cases, including one whose measurements come largest batch first and "
+                "one where nothing fits.")
+    description, case, value, expected, what = wrong[0]
+    if any(not float(r[2]).is_integer() for r in wrong):
+        r = next(r for r in wrong if not float(r[2]).is_integer())
+        raise Wrong(f"{r[4]} returned {r[2]!r}; a batch is a whole number of samples: round down with math.floor "
+                    "(or int() of a positive number).")
+    for message in _q2_alternatives(_Q2_CASES[0][1]):
+        if all(r[2] == r[3] or r[2] in _q2_alternatives(r[1])[message] for r in results) and \
+                any(r[2] in _q2_alternatives(r[1])[message] for r in wrong):
+            raise Wrong(f"{what} returned {value:,.0f}, expected {expected:,}: {message}")
+    if _constant([r[2] for r in results], [r[3] for r in results]):
+        raise Wrong(f"max_batch returned {results[0][2]:,.6g} for every case, but the right batches range from "
+                    f"{min(r[3] for r in results):,} to {max(r[3] for r in results):,}: compute it from the "
+                    "budget and the two measurements.")
+    right = sum(1 for r in results if r[2] == r[3])
+    raise Wrong(f"{what} returned {value:,.0f}, expected {expected:,} (right on {right} of {len(results)} cases). "
+                "The per-sample bytes are the slope (peak2 - peak1) / (b2 - b1); the fixed bytes are "
+                "peak1 - slope * b1; the budget is budget_gib * 2**30 bytes.")
+
+
+q2 = Exercise("ep05.q2", _check_max_batch,
+              hint="per_sample = (peak2 - peak1) / (b2 - b1); fixed = peak1 - per_sample * b1; "
+                   "budget = budget_gib * 2**30; then the largest whole batch with fixed + per_sample * batch "
+                   "<= budget, and 0 if that is negative.",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q3: an out-of-memory-safe search for the largest batch ----------------------------------
+
+_collect = gc.collect
+
+
+class _TooManyTrials(BaseException):
+    """Stops a search that will not end (BaseException: an `except Exception` cannot swallow it)."""
+
+
+class _Held:
+    """What a failed step leaves behind: its tensors, alive while the exception's traceback is."""
+
+    __slots__ = ("nbytes", "__weakref__")
+
+    def __init__(self, nbytes):
+        self.nbytes = nbytes
+
+
+class SimulatedGPU:
+    """A pretend GPU for batch-size searches: ``try_step(batch)`` fits or raises ``torch.OutOfMemoryError``.
+
+    A step needs ``fixed + per_sample * batch`` bytes of ``limit``. A step that does not fit raises
+    the error with its (pretend) tensors referenced from the frame that raised it, as a real failed
+    step's are: until the exception and its traceback are gone, they still take memory, so a retry
+    made meanwhile sees less free memory — and the simulator notes it. ``other_error_at`` makes a
+    batch of that size (or larger) raise an error that is not about memory.
+    """
+
+    MAX_CALLS = 400
+
+    def __init__(self, limit, fixed, per_sample, other_error_at=None):
+        self.limit, self.fixed, self.per_sample = limit, fixed, per_sample
+        self.other_error_at = other_error_at
+        self.calls: list[int] = []
+        self.failures = 0
+        self.retried_while_held: list[int] = []
+        self._held = weakref.WeakSet()
+
+    def largest(self) -> int:
+        return max(0, (self.limit - self.fixed) // self.per_sample)
+
+    def held(self) -> int:
+        return sum(block.nbytes for block in list(self._held))
+
+    def try_step(self, batch):
+        import torch
+
+        if isinstance(batch, bool) or not isinstance(batch, numbers.Integral):
+            raise TypeError(f"try_step({batch!r}): a batch size must be a whole number (an int), "
+                            f"got {type(batch).__name__}.")
+        batch = int(batch)
+        if batch < 1:
+            raise ValueError(f"try_step({batch}): a batch size must be at least 1.")
+        self.calls.append(batch)
+        if len(self.calls) > self.MAX_CALLS:
+            raise _TooManyTrials()
+        held = self.held()
+        if held:
+            self.retried_while_held.append(batch)
+        if self.other_error_at is not None and batch >= self.other_error_at:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (a bug, not a lack of memory)")
+        needed = self.fixed + self.per_sample * batch
+        if needed + held > self.limit:
+            self.failures += 1
+            activations = _Held(min(needed, self.limit - held))   # kept alive by the traceback, as tensors are
+            self._held.add(activations)
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory (simulated). Tried to allocate {_fmt(self.per_sample * batch)}. "
+                f"GPU 0 has a total capacity of {_fmt(self.limit)}.")
+
+
+_Q3_CASES = [
+    # description, limit, fixed, per_sample, start
+    ("a 16 GiB GPU, start=64", 16 * GIB, 1_500_000_000, 700_000, 64),
+    ("a 4 GiB GPU, start=4096 (too big: halve first)", 4 * GIB, 200_000_000, 1_100_000, 4096),
+    ("a 15 GiB GPU, start=1", 15 * GIB, 2_000_000_000, 1_000_003, 1),
+    ("a GPU where only batch 1 fits, start=8", 2_000_000, 1_000_000, 700_000, 8),
+    ("a GPU where not even batch 1 fits, start=32", 1_000_000, 1_200_000, 1000, 32),
+    ("an 80 GiB GPU and a tiny model, start=512", 80 * GIB, 10_000_000, 28_000, 512),
+]
+
+
+def _power_of_two_step(value: int, start: int) -> bool:
+    """True if ``value`` is ``start`` doubled or halved a whole number of times."""
+    return value > 0 and any(value == start * 2**k or value == start // 2**k for k in range(64))
+
+
+def _run_search(largest_batch, sim, start, what):
+    try:
+        result = largest_batch(sim.try_step, start)
+    except _TooManyTrials:
+        raise Wrong(f"{what} called try_step more than {sim.MAX_CALLS} times without finishing "
+                    f"(first batches tried: {sim.calls[:6]}, last: {sim.calls[-3:]}). Each trial costs a training "
+                    "step, each failure an out-of-memory error: do not step through sizes one by one. Double "
+                    "(or halve) to bracket the answer, then bisect; stop when batch 1 fails, and when the last "
+                    "size that fitted and the first that failed are neighbours.") from None
+    except (NotDone, Wrong):
+        raise
+    except Exception as exc:
+        import torch
+
+        if mentions_blank(exc):
+            raise NotDone("largest_batch still uses ____: replace it with your code.") from None
+        if isinstance(exc, torch.OutOfMemoryError):
+            raise Wrong(f"{what} let torch.OutOfMemoryError escape (batches tried: {sim.calls[:8]}): catch it "
+                        "with try/except torch.OutOfMemoryError, and try a smaller batch.") from None
+        if isinstance(exc, (TypeError, ValueError)) and "try_step(" in str(exc):
+            raise Wrong(f"{what}: {exc} Halve and bisect with // so that every size is an int, and never "
+                        "try a batch below 1.") from None
+        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+    if is_blank(result):
+        raise NotDone("largest_batch still returns ____: replace it with your code.")
+    if result is None:
+        raise Wrong(f"{what} returned None: did you forget `return`?")
+    return result
+
+
+def _check_largest_batch(largest_batch):
+    _require_function(largest_batch, "largest_batch")
+    # A full gc.collect() takes tens of milliseconds with PyTorch loaded, and a search calls it after every
+    # trial; the simulated GPU frees by reference counting, so a young-generation collection does the same here.
+    with mock.patch.object(gc, "collect", lambda generation=2: _collect(0)):
+        return _search_cases(largest_batch)
+
+
+def _search_cases(largest_batch):
+    import torch
+
+    runs = []
+    for description, limit, fixed, per_sample, start in _Q3_CASES:
+        sim = SimulatedGPU(limit, fixed, per_sample)
+        what = f"largest_batch(try_step, start={start}) on {description}"
+        result = _run_search(largest_batch, sim, start, what)
+        if sim.retried_while_held:
+            raise Wrong(f"{what} tried batch {sim.retried_while_held[0]} while the memory of the step that had "
+                        "just failed was still in use: the exception's traceback keeps the failed step's frames, "
+                        "and their tensors, alive — inside the except block, and for as long as you keep the "
+                        "exception in a variable. Only note the failure in the except block (failed = True); "
+                        "retry after it, once gc.collect() and torch.cuda.empty_cache() have run.")
+        runs.append((what, sim, start, _whole_number(what, result)))
+    if _constant([r[3] for r in runs], [r[1].largest() for r in runs]):
+        raise Wrong(f"largest_batch returned {runs[0][3]} on every simulated GPU, whatever its memory: search by "
+                    "calling try_step, do not return a number you found once.")
+    for what, sim, start, value in runs:
+        expected = sim.largest()
+        if value != expected:
+            calls = sim.calls
+            if expected == 0:
+                raise Wrong(f"{what} returned {value}, but not even batch 1 fits on this GPU: return 0.")
+            if value > expected:
+                raise Wrong(f"{what} returned {value}, but batch {value} does not fit (it raised "
+                            f"torch.OutOfMemoryError); the largest that fits is {expected}. Return the last size "
+                            "that fitted, not the first that failed.")
+            if _power_of_two_step(value, start):
+                raise Wrong(f"{what} returned {value}, a power-of-two step from start; the largest batch that fits "
+                            f"is {expected}. After doubling (or halving) has found a size that fits and one that "
+                            "fails, bisect between them until they are neighbours.")
+            raise Wrong(f"{what} returned {value}; the largest batch that fits is {expected} "
+                        f"(batches tried: {calls[:12]}{' …' if len(calls) > 12 else ''}).")
+        bound = 2 * math.ceil(math.log2(max(expected, start, 2) / max(min(expected, start), 1) + 1)) \
+            + 2 * math.ceil(math.log2(max(expected, 2))) + 4
+        if len(sim.calls) > bound:
+            raise Wrong(f"{what} found {value}, but it needed {len(sim.calls)} trials ({sim.failures} of them out of "
+                        f"memory); a doubling-and-bisection search needs at most about {bound}. Every failed step "
+                        "costs time on a real GPU: double (or halve) to bracket the answer, then bisect.")
+    # A bug is not a lack of memory: it must reach the learner.
+    sim = SimulatedGPU(16 * GIB, 1_000_000_000, 600_000, other_error_at=300)
+    what = "largest_batch(try_step, start=64) when batches of 300 or more hit a bug (a RuntimeError that is not out of memory)"
+    try:
+        result = largest_batch(sim.try_step, 64)
+    except torch.OutOfMemoryError:
+        raise Wrong(f"{what} raised torch.OutOfMemoryError; the step never ran out of memory.") from None
+    except RuntimeError as exc:
+        if "illegal memory access" not in str(exc):
+            raise Wrong(f"{what} raised RuntimeError: {exc}.") from None
+    except _TooManyTrials:
+        raise Wrong(f"{what} kept trying ({len(sim.calls)} calls): the error is a bug, not a lack of memory; "
+                    "catch only torch.OutOfMemoryError.") from None
+    except Exception as exc:
+        if mentions_blank(exc):
+            raise NotDone("largest_batch still uses ____: replace it with your code.") from None
+        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+    else:
+        raise Wrong(f"{what} returned {result!r}: it caught an error that is not out of memory and treated it as "
+                    "one. Catch only torch.OutOfMemoryError (except RuntimeError or except Exception also catches "
+                    "bugs, which you need to see).")
+    return (f"right on {len(_Q3_CASES)} simulated GPUs (start too big, too small, nothing fits), with few trials, "
+            "retries only after the failed step's memory was freed, and a bug left to surface.")
+
+
+q3 = Exercise("ep05.q3", _check_largest_batch,
+              hint="Write fits(batch): failed = False; try: try_step(batch) / except torch.OutOfMemoryError: "
+                   "failed = True; then, after the except block, gc.collect() and torch.cuda.empty_cache(); "
+                   "return not failed. If start fits, double until a size fails; otherwise halve until one fits "
+                   "(0 if batch 1 fails). Then bisect between the last good and the first bad size.",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q4: gradient accumulation ---------------------------------------------------------------
+
+class _SpyOptimizer:
+    """Wraps an optimizer; records the gradients it is asked to step with."""
+
+    def __init__(self, optimizer, params):
+        self._optimizer = optimizer
+        self._params = params
+        self.steps: list[list] = []
+        self.zero_grads = 0
+
+    @property
+    def param_groups(self):
+        return self._optimizer.param_groups
+
+    @property
+    def state(self):
+        return self._optimizer.state
+
+    def zero_grad(self, set_to_none: bool = True):
+        self.zero_grads += 1
+        self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):
+        self.steps.append([None if p.grad is None else p.grad.detach().clone() for p in self._params])
+        return self._optimizer.step(closure)
+
+
+def _q4_cases():
+    import torch
+    from torch import nn
+
+    def mlp(width, n_out):
+        torch.manual_seed(41)
+        return nn.Sequential(nn.Linear(15, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, n_out))
+
+    def data(n, n_out, seed):
+        g = torch.Generator().manual_seed(seed)
+        X = torch.randn(n, 15, generator=g)
+        y = (torch.rand(n, 1, generator=g) > 0.5).float() if n_out == 1 else torch.randint(0, n_out, (n,), generator=g)
+        return X, y
+
+    return [
+        ("512 events in micro-batches of 64 (8 equal parts), BCEWithLogitsLoss", lambda: mlp(256, 1),
+         nn.BCEWithLogitsLoss(), *data(512, 1, 1), 64),
+        ("100 events in micro-batches of 32 (32 + 32 + 32 + 4), CrossEntropyLoss", lambda: mlp(32, 3),
+         nn.CrossEntropyLoss(), *data(100, 3, 2), 32),
+        ("40 events in micro-batches of 64 (one part only), BCEWithLogitsLoss", lambda: mlp(16, 1),
+         nn.BCEWithLogitsLoss(), *data(40, 1, 3), 64),
+    ]
+
+
+def _reference_step(make_model, loss_fn, X, y, micro=None, *, scale="share", zero=True, keep_graphs=False,
+                    model=None):
+    """Gradients of one step computed correctly (micro=None: the full batch) or as a named mistake."""
+    import torch
+
+    model = make_model() if model is None else model
+    model.zero_grad(set_to_none=True)
+    if not zero:
+        for p in model.parameters():
+            p.grad = torch.full_like(p, 0.5)
+    chunks = list(zip(X.split(micro), y.split(micro))) if micro else [(X, y)]
+    total, kept = 0.0, []
+    for xb, yb in chunks:
+        weight = {"share": len(xb) / len(X), "count": 1 / len(chunks), "none": 1.0}[scale]
+        loss = loss_fn(model(xb), yb) * weight
+        if keep_graphs:
+            kept.append(loss)
+        else:
+            loss.backward()
+        total += loss.item()
+    if keep_graphs:
+        sum(kept).backward()
+    return [p.grad.detach().clone() for p in model.parameters()], total
+
+
+def _reference_peak(make_model, loss_fn, X, y, micro, keep_graphs):
+    """Peak bytes of an accumulated step, the model built before measuring (as the learner's is)."""
+    model = make_model()
+    peak, _ = _peak_of(lambda: _reference_step(make_model, loss_fn, X.clone(), y.clone(), micro,
+                                               keep_graphs=keep_graphs, model=model))
+    return peak
+
+
+def _close_grads(a, b) -> bool:
+    import torch
+
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(x is not None and y is not None and x.shape == y.shape and torch.allclose(x, y, rtol=1e-4, atol=1e-6)
+               for x, y in zip(a, b))
+
+
+def _peak_of(fn):
+    from ..memory import TensorMeter
+
+    meter = TensorMeter()
+    with meter:
+        start = meter.allocated()
+        meter.reset_peak()
+        result = fn()
+        peak = meter.peak() - start
+    return peak, result
+
+
+def _check_accumulation(accumulated_step):
+    import torch
+
+    _require_function(accumulated_step, "accumulated_step")
+    for description, make_model, loss_fn, X, y, micro in _q4_cases():
+        what = f"accumulated_step on {description}"
+        full_grads, full_loss = _reference_step(make_model, loss_fn, X, y)
+        model = make_model()
+        params = list(model.parameters())
+        for p in params:                                   # what a previous step left behind
+            p.grad = torch.full_like(p, 0.5)
+        spy = _SpyOptimizer(torch.optim.SGD(params, lr=0.1), params)
+        rows: list[int] = []
+        model.register_forward_pre_hook(lambda module, args, rows=rows: rows.append(len(args[0])))
+        run = functools.partial(accumulated_step, model, spy, loss_fn, X.clone(), y.clone(), micro)
+        try:
+            peak, result = _peak_of(run)
+        except (NotDone, Wrong):
+            raise
+        except Exception as exc:
+            if mentions_blank(exc):
+                raise NotDone("accumulated_step still uses ____: replace it with your code.") from None
+            raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+        if is_blank(result):
+            raise NotDone("accumulated_step still returns ____: replace it with your code.")
+        if not rows:
+            if _uses_blank(accumulated_step):
+                raise NotDone("accumulated_step still uses ____: replace it with your code.")
+            raise Wrong(f"{what}: the model was never called.")
+        if max(rows) > micro:
+            raise Wrong(f"{what}: the model saw {max(rows)} rows in one forward pass, more than micro_batch={micro}: "
+                        "no memory is saved. Split X and y into micro-batches (X.split(micro_batch)) and run the "
+                        "model on one at a time.")
+        if sum(rows) != len(X):
+            if sum(rows) < len(X):
+                raise Wrong(f"{what}: the model saw {sum(rows)} of the {len(X)} rows (micro-batches of {rows}); "
+                            "the last, shorter micro-batch is missing. X.split(micro_batch) keeps it.")
+            raise Wrong(f"{what}: the model saw {sum(rows)} rows, but the batch has {len(X)}: every row once.")
+        if not spy.steps:
+            raise Wrong(f"{what} never called optimizer.step(): accumulate the gradients, then step once.")
+        if len(spy.steps) > 1:
+            raise Wrong(f"{what} called optimizer.step() {len(spy.steps)} times: that is {len(spy.steps)} small "
+                        "steps, not one step on the whole batch. Step once, after the loop.")
+        got = spy.steps[0]
+        if all(g is None for g in got):
+            raise Wrong(f"{what}: the parameters had no gradients at optimizer.step(): call loss.backward() "
+                        "on every micro-batch's loss.")
+        if not _close_grads(got, full_grads):
+            chunks = len(X.split(micro))
+            diagnoses = [
+                (dict(scale="none"), f"the gradients are the sum over the micro-batches, not the mean over the batch "
+                 f"(about {chunks}× too large here): scale each micro-batch's loss by len(xb) / len(X)."),
+                (dict(scale="count"), "with micro-batches of unequal size (the last one is shorter), dividing each "
+                 "loss by the number of micro-batches weights the short one too much: scale by len(xb) / len(X)."),
+                (dict(zero=False), "the gradients include what the previous step left in .grad: call "
+                 "optimizer.zero_grad() once, BEFORE the loop (not inside it)."),
+            ]
+            for kwargs, message in diagnoses:
+                alt, _ = _reference_step(make_model, loss_fn, X, y, micro, **kwargs)
+                if _close_grads(got, alt):
+                    raise Wrong(f"{what}: {message}")
+            last_x, last_y = X.split(micro)[-1], y.split(micro)[-1]
+            last_only, _ = _reference_step(make_model, loss_fn, last_x, last_y)
+            share = len(last_x) / len(X)
+            if _close_grads(got, last_only) or _close_grads(got, [g * share for g in last_only]):
+                raise Wrong(f"{what}: only the last micro-batch's gradient reached optimizer.step(): zero_grad() "
+                            "inside the loop throws the others away. Zero once, before the loop.")
+            raise Wrong(f"{what}: the gradients at optimizer.step() differ from one step on the whole batch.")
+        good_peak = _reference_peak(make_model, loss_fn, X, y, micro, keep_graphs=False)
+        bad_peak = _reference_peak(make_model, loss_fn, X, y, micro, keep_graphs=True)
+        if len(X.split(micro)) > 4 and peak > (good_peak + bad_peak) / 2:
+            raise Wrong(f"{what}: the gradients are right, but every micro-batch's activations stayed in memory until "
+                        f"the end (peak {_fmt(peak)}, against {_fmt(good_peak)} when each micro-batch is freed): you "
+                        "kept the loss tensors (total += loss, or one backward() on their sum). Call backward() on "
+                        "each micro-batch's loss inside the loop, and add up loss.item(), a float.")
+        if result is None:
+            raise Wrong(f"{what} returned None: did you forget `return total`?")
+        if isinstance(result, torch.Tensor):
+            raise Wrong(f"{what} returned {_describe(result)}; return the batch's loss as a float (add up "
+                        "loss.item() of the weighted micro-batch losses).")
+        value = as_number(f"the loss that {what} returned", result)
+        if not math.isclose(value, full_loss, rel_tol=1e-4, abs_tol=1e-6):
+            raise Wrong(f"{what} returned {value:.6g}, but the batch's mean loss is {full_loss:.6g}: add up "
+                        "loss.item() of every micro-batch's weighted loss (not just the last one).")
+    return ("the optimizer received the full batch's gradients (equal sizes, a shorter last micro-batch, one part "
+            "only), the model never saw more than micro_batch rows, and only one micro-batch's activations were "
+            "alive at a time.")
+
+
+q4 = Exercise("ep05.q4", _check_accumulation,
+              hint="optimizer.zero_grad(); total = 0.0; for xb, yb in zip(X.split(micro_batch), y.split(micro_batch)): "
+                   "loss = loss_fn(model(xb), yb) * len(xb) / len(X); loss.backward(); total += loss.item(). "
+                   "After the loop: optimizer.step(); return total.",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q5: choose how to fit a step in memory --------------------------------------------------
+
+_Q5_CASES = [
+    ("a T4 (15 GiB): the plain step does not fit", 15 * GIB, {
+        "batch 512": (17.2e9, 0.80, 512),
+        "batch 512, checkpointing": (9.1e9, 1.05, 512),
+        "batch 256 × 2, accumulation": (9.4e9, 0.92, 512),
+        "batch 128": (5.1e9, 0.26, 128),
+    }, "batch 256 × 2, accumulation"),
+    ("8 GiB: checkpointing is the only way to keep 512 per step", 8 * GIB, {
+        "batch 512": (17.2e9, 0.80, 512),
+        "batch 512, checkpointing": (8 * GIB, 1.05, 512),
+        "batch 256 × 2, accumulation": (9.4e9, 0.92, 512),
+        "batch 64": (2.9e9, 0.30, 64),
+    }, "batch 512, checkpointing"),
+    ("40 GiB: everything fits", 40 * GIB, {
+        "batch 512": (17.2e9, 0.80, 512),
+        "batch 512, checkpointing": (9.1e9, 1.05, 512),
+        "batch 256 × 2, accumulation": (9.4e9, 0.92, 512),
+        "batch 512, autocast": (10.3e9, 0.55, 512),
+    }, "batch 512, autocast"),
+    ("2 GiB: nothing fits", 2 * GIB, {
+        "batch 512": (17.2e9, 0.80, 512),
+        "batch 512, checkpointing": (9.1e9, 1.05, 512),
+    }, None),
+    ("6 GiB: a smaller batch that is faster per step but slower per sample", 6 * GIB, {
+        "batch 256, autocast": (5.9e9, 0.21, 256),
+        "batch 64": (2.5e9, 0.09, 64),
+        "batch 512, checkpointing, autocast": (6.5e9, 0.38, 512),
+    }, "batch 256, autocast"),
+]
+
+
+def _q5_rule(options, budget, *, key, fits=lambda peak, budget: peak <= budget, best=max):
+    chosen = {name: key(*value) for name, value in options.items() if fits(value[0], budget)}
+    return best(chosen, key=chosen.get) if chosen else None
+
+
+_Q5_DIAGNOSES = [
+    (lambda o, b: _q5_rule(o, float("inf"), key=lambda p, s, n: n / s),
+     "you chose the fastest option without checking that it fits: keep only options whose peak <= budget_bytes "
+     "(budget_bytes is already in bytes: no factor 2**30)."),
+    (lambda o, b: _q5_rule(o, b, key=lambda p, s, n: -p),
+     "you chose the option that needs the least memory; among those that fit, choose the one that trains the "
+     "most samples per second."),
+    (lambda o, b: _q5_rule(o, b, key=lambda p, s, n: -s),
+     "you compared seconds per step, but the options process different numbers of samples per step: compare "
+     "samples per second, samples_per_step / seconds_per_step."),
+    (lambda o, b: _q5_rule(o, b, key=lambda p, s, n: n / s, fits=lambda p, b: p < b),
+     "an option whose peak equals the budget exactly still fits: use peak <= budget_bytes."),
+    (lambda o, b: _q5_rule(o, b, key=lambda p, s, n: n),
+     "you chose the largest batch per step that fits; choose the most samples per SECOND."),
+    (lambda o, b: _q5_rule(o, b, key=lambda p, s, n: p),
+     "you chose the option that uses the most memory; choose the most samples per second among those that fit."),
+    (lambda o, b: _q5_rule(o, b, key=lambda p, s, n: n / s, best=min),
+     "you chose the slowest option that fits (min instead of max)."),
+]
+
+
+def _check_choose(choose):
+    _require_function(choose, "choose")
+    answers = []
+    for description, budget, options, expected in _Q5_CASES:
+        what = f"choose(options, {budget:,}) for {description}"
+        try:
+            got = choose(copy.deepcopy(options), budget)
+        except (NotDone, Wrong):
+            raise
+        except ValueError as exc:
+            if expected is None and ("empty" in str(exc) or "arg is an empty" in str(exc)):
+                raise Wrong(f"{what} raised ValueError ({exc}): when no option fits, return None "
+                            "(max() of nothing raises: check first, or use max(..., default=None)).") from None
+            raise Wrong(f"{what} raised ValueError: {exc}.") from None
+        except Exception as exc:
+            if mentions_blank(exc):
+                raise NotDone("choose still uses ____: replace it with your code.") from None
+            raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+        if is_blank(got):
+            raise NotDone("choose still returns ____: replace it with your code.")
+        answers.append((description, budget, options, expected, got, what))
+    for description, budget, options, expected, got, what in answers:
+        if got is not None and not isinstance(got, str):
+            names = ", ".join(repr(n) for n in options)
+            raise Wrong(f"{what} returned {_describe(got)}; return the NAME of the option (one of {names}), "
+                        "or None if none fits.")
+        if expected is None and got is not None:
+            if got == "":
+                raise Wrong(f"{what} returned an empty string; when no option fits, return None.")
+        if got is not None and got not in options:
+            raise Wrong(f"{what} returned {got!r}, which is not one of the options.")
+    wrong = [a for a in answers if a[4] != a[3]]
+    if not wrong:
+        return (f"right on {len(answers)} sets of measurements: the most samples per second among the options "
+                "that fit, None when none does.")
+    for rule, message in _Q5_DIAGNOSES:
+        if all(a[4] == rule(a[2], a[1]) for a in answers):
+            raise Wrong(message)
+    description, budget, options, expected, got, what = wrong[0]
+    if expected is None:
+        raise Wrong(f"{what} returned {got!r}, but no option fits in the budget (every peak is above "
+                    f"{budget:,} bytes): return None.")
+    if options[got][0] > budget:
+        raise Wrong(f"{what} returned {got!r}, whose peak {options[got][0]:,.0f} bytes is above the budget.")
+    right = sum(1 for a in answers if a[4] == a[3])
+    rate = lambda name: options[name][2] / options[name][1]   # noqa: E731
+    raise Wrong(f"{what} returned {got!r} ({rate(got):,.0f} samples/s), but {expected!r} fits and trains "
+                f"{rate(expected):,.0f} samples/s (right on {right} of {len(answers)} cases).")
+
+
+q5 = Exercise("ep05.q5", _check_choose,
+              hint="Keep the options whose peak_bytes <= budget_bytes; for those, samples per second is "
+                   "samples_per_step / seconds_per_step; return the name with the largest, or None if none fits.",
+              solution=solution_link(NOTEBOOK))
+
+__all__ = ["q1", "q2", "q3", "q4", "q5", "SimulatedGPU"]
