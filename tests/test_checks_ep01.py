@@ -15,18 +15,9 @@ import pytest
 from gpucourse.checks import ep01
 from gpucourse.exercises import ____
 
-
-def outcome(exercise, *answers):
-    return exercise.outcome(*answers)
+from checking import assert_wrong, outcome
 
 
-def assert_wrong(exercise, *answers, words):
-    result, message = outcome(exercise, *answers)
-    assert result == "wrong", (result, message)
-    for word in [words] if isinstance(words, str) else words:
-        assert word in message, message
-    assert "Traceback" not in message
-    return message
 
 
 # ------------------------------------------------------------------ q1: TFLOP/s
@@ -66,11 +57,11 @@ Q1_WRONG = [
 
 @pytest.mark.parametrize("fn, words", Q1_WRONG)
 def test_q1_wrong_answers_name_the_mistake(fn, words):
-    assert_wrong(ep01.q1, fn, words=words)
+    assert_wrong(ep01.q1, (fn,), words)
 
 
 def test_q1_wrong_number_messages_give_expected_and_got():
-    message = assert_wrong(ep01.q1, lambda n, s: n**3 / s / 1e12, words="n³ FLOPs")
+    message = assert_wrong(ep01.q1, (lambda n, s: n**3 / s / 1e12,), "n³ FLOPs")
     assert "returned" in message and "expected" in message and "TFLOP/s" in message
 
 
@@ -162,7 +153,7 @@ Q2_WRONG = [
 
 @pytest.mark.parametrize("fn, words", Q2_WRONG)
 def test_q2_wrong_answers_name_the_mistake(fn, words):
-    assert_wrong(ep01.q2, fn, words=words)
+    assert_wrong(ep01.q2, (fn,), words)
 
 
 def test_q2_stub_is_not_done():
@@ -310,7 +301,7 @@ Q3_WRONG = [
 
 @pytest.mark.parametrize("timer, words", Q3_WRONG)
 def test_q3_wrong_timers(timer, words):
-    assert_wrong(ep01.q3, timer, words=words)
+    assert_wrong(ep01.q3, (timer,), words)
 
 
 def test_q3_no_constant_passes():
@@ -348,7 +339,7 @@ def test_q4_right_answers_in_any_form(answer):
 
 
 def test_q4_each_mistake_is_explained():
-    message = assert_wrong(ep01.q4, {"a", "c", "d", "e"}, words="2 claim(s) misjudged")
+    message = assert_wrong(ep01.q4, ({"a", "c", "d", "e"},), "2 claim(s) misjudged")
     assert "a is false" in message and "latency" in message
     assert "g is true" in message and "bandwidth" in message
 
@@ -374,7 +365,7 @@ Q4_WRONG = [
 
 @pytest.mark.parametrize("answer, words", Q4_WRONG)
 def test_q4_wrong_answers_name_the_mistake(answer, words):
-    assert_wrong(ep01.q4, answer, words=words)
+    assert_wrong(ep01.q4, (answer,), words)
 
 
 def test_q4_stub_is_not_done():

@@ -13,18 +13,9 @@ import torch
 from gpucourse.checks import ep02
 from gpucourse.exercises import ____
 
-
-def outcome(exercise, *answers):
-    return exercise.outcome(*answers)
+from checking import assert_wrong, outcome
 
 
-def assert_wrong(exercise, *answers, words):
-    result, message = outcome(exercise, *answers)
-    assert result == "wrong", (result, message)
-    for word in [words] if isinstance(words, str) else words:
-        assert word in message, message
-    assert "Traceback" not in message
-    return message
 
 
 # --------------------------------------------------------------- q1: pick_device
@@ -96,7 +87,7 @@ Q1_WRONG = [
 
 @pytest.mark.parametrize("fn, words", Q1_WRONG)
 def test_q1_wrong_answers_name_the_mistake(fn, words):
-    assert_wrong(ep02.q1, fn, words=words)
+    assert_wrong(ep02.q1, (fn,), words)
 
 
 def test_q1_stub_is_not_done():
@@ -228,7 +219,7 @@ Q2_WRONG = [
 
 @pytest.mark.parametrize("fn, words", Q2_WRONG)
 def test_q2_wrong_answers_name_the_mistake(fn, words):
-    assert_wrong(ep02.q2, fn, words=words)
+    assert_wrong(ep02.q2, (fn,), words)
 
 
 def test_q2_stub_is_not_done():
@@ -292,12 +283,12 @@ Q3_WRONG = [
 
 @pytest.mark.parametrize("fn, words", Q3_WRONG)
 def test_q3_wrong_answers_name_the_mistake(fn, words):
-    assert_wrong(ep02.q3, fn, words=words)
+    assert_wrong(ep02.q3, (fn,), words)
 
 
 def test_q3_message_shows_the_server():
-    message = assert_wrong(ep02.q3, lambda text: int(min(parse(text), key=lambda r: int(r[2]))[0]),
-                           words="Tesla T4, 1000, 15360")
+    message = assert_wrong(ep02.q3, (lambda text: int(min(parse(text), key=lambda r: int(r[2]))[0]),),
+                           "Tesla T4, 1000, 15360")
     assert "expected 0" in message
 
 
@@ -411,7 +402,7 @@ Q4_WRONG = [
 
 @pytest.mark.parametrize("fn, words", Q4_WRONG)
 def test_q4_wrong_answers_name_the_mistake(fn, words):
-    assert_wrong(ep02.q4, fn, words=words)
+    assert_wrong(ep02.q4, (fn,), words)
 
 
 def test_q4_stub_is_not_done():

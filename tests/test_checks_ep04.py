@@ -11,22 +11,13 @@ import pytest
 from conftest import ROOT
 from gpucourse.checks import ep04
 from gpucourse.exercises import ____
+
+from checking import assert_wrong, outcome
 from gpucourse.frameworks import import_tensorflow
 
 tf = import_tensorflow()
 
 
-def outcome(q, *answers):
-    return q.outcome(*answers)
-
-
-def assert_wrong(q, answers, words):
-    result, message = outcome(q, *answers)
-    assert result == "wrong", (result, message)
-    for word in [words] if isinstance(words, str) else words:
-        assert word in message, message
-    assert "Traceback" not in message, message
-    return message
 
 
 # ---------------------------------------------------------------- q1
