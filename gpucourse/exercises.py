@@ -146,13 +146,18 @@ class Exercise:
         return f"Exercise({self.name!r})"
 
 
-def require_answer(value, what: str):
+def require_answer(value, what: str, parts: tuple[str, ...] = ()):
     """Return ``value``; raise ``NotDone`` if it is still the placeholder or None.
 
     Use it on what a learner's function returned: ``require_answer(f(x), "f(x)")``.
+    ``parts`` names the items of a returned tuple that the caller checks one by one, in order:
+    a tuple of that length is returned even while some items are ``____``, so that a wrong
+    first item is reported before a later blank one.
     """
     if value is None:
         raise NotDone(f"{what} returned None: did you forget `return`?")
+    if parts and isinstance(value, (tuple, list)) and len(value) == len(parts) and not is_blank(value):
+        return value
     if _contains_blank(value):
         raise NotDone(f"{what} still returns ____: replace it with your code.")
     return value
@@ -164,13 +169,38 @@ def mentions_blank(exc: BaseException) -> bool:
     return "_Blank" in text or "____" in text
 
 
-def call_answer(fn, *args, what: str, explain=None):
+def describe(value) -> str:
+    """What a learner passed, for messages: type, and shape (and device) where it has them."""
+    kind = type(value).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    shape = getattr(value, "shape", None)
+    if shape is not None and not isinstance(value, (str, bytes)):
+        device = getattr(value, "device", None) if type(value).__module__.startswith("torch") else None
+        try:
+            return f"{article} {kind} of shape {tuple(shape)}" + (f" on {device}" if device is not None else "")
+        except TypeError:
+            pass
+    if isinstance(value, (list, tuple)) and len(repr(value)) > 80:
+        return f"{article} {kind} of {len(value)} items"
+    return " ".join(f"{kind} {value!r}".split())[:120]
+
+
+def require_function(fn, name: str) -> None:
+    """``NotDone`` while ``fn`` is still ``____``; ``Wrong`` unless it is a function."""
+    if is_blank(fn):
+        raise NotDone(f"replace ____ with your function {name} and pass it to check().")
+    if not callable(fn):
+        raise Wrong(f"pass the function itself, {name} (no brackets, no quotes, no arguments); "
+                    f"got {describe(fn)}.")
+
+
+def call_answer(fn, *args, what: str, explain=None, none_ok: bool = False, parts: tuple[str, ...] = ()):
     """Call a learner's function: its errors become ``Wrong``, a stub ``NotDone``.
 
     ``what`` describes the call in messages, e.g. ``"matmul_tflops(512, 1.0)"``.
     ``explain(exc)`` may return a sentence that names the mistake behind an error.
     An error that comes from the placeholder ``____`` still in the code, and a
-    result that is ``None`` or ``____``, mean "not done yet".
+    result that is ``None`` (unless ``none_ok``) or ``____``, mean "not done yet".
     """
     try:
         result = fn(*args)
@@ -181,7 +211,9 @@ def call_answer(fn, *args, what: str, explain=None):
             raise NotDone(f"{what} still uses ____: replace it with your code.") from None
         reason = explain(exc) if explain else None
         raise Wrong(reason or f"{what} raised {type(exc).__name__}: {exc}.") from None
-    return require_answer(result, what)
+    if result is None and none_ok:
+        return None
+    return require_answer(result, what, parts)
 
 
 def solution_link(notebook: str) -> str:

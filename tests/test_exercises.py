@@ -92,6 +92,36 @@ def test_call_answer_turns_errors_into_feedback():
             raise AssertionError(f"expected {kind.__name__}")
 
 
+def test_call_answer_options():
+    from gpucourse.exercises import call_answer
+
+    assert call_answer(lambda: None, what="f()", none_ok=True) is None
+    with pytest.raises(NotDone):
+        call_answer(lambda: None, what="f()")
+    # parts: a tuple is handed back with its blank items, for the check to judge item by item
+    got = call_answer(lambda: (1.0, ____), what="f()", parts=("a", "b"))
+    assert got[0] == 1.0 and got[1] is ____
+    with pytest.raises(NotDone):
+        call_answer(lambda: ____, what="f()", parts=("a", "b"))
+    with pytest.raises(NotDone):
+        call_answer(lambda: (1.0, ____, 2.0), what="f()", parts=("a", "b"))   # not the promised shape
+
+
+def test_require_function_and_describe():
+    import numpy as np
+
+    from gpucourse.exercises import describe, require_function
+
+    require_function(len, "f")
+    with pytest.raises(NotDone):
+        require_function(____, "f")
+    with pytest.raises(Wrong, match="pass the function itself, f.*got int 3"):
+        require_function(3, "f")
+    assert describe(np.zeros((2, 3))).endswith("ndarray of shape (2, 3)")
+    assert describe(list(range(100))) == "a list of 100 items"
+    assert describe("cuda") == "str 'cuda'"
+
+
 def test_an_unwritable_check_log_never_hides_feedback(monkeypatch, tmp_path, capsys):
     from gpucourse.exercises import Exercise
 

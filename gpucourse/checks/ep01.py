@@ -23,8 +23,10 @@ from gpucourse.exercises import (
     Wrong,
     as_number,
     is_blank,
+    require_function,
     solution_link,
 )
+from gpucourse.exercises import call_answer as _call
 
 NOTEBOOK = "01-what-is-a-gpu.ipynb"
 
@@ -42,27 +44,6 @@ def _close(got: float, expected: float, rel: float = 0.02) -> bool:
     return abs(got - expected) <= rel * abs(expected)
 
 
-def _callable(fn, name: str) -> None:
-    if is_blank(fn):
-        raise NotDone(f"{name} is still ____.")
-    if not callable(fn):
-        raise Wrong(f"pass the function itself, {name} (no brackets, no quotes); "
-                    f"got {type(fn).__name__} {fn!r}.")
-
-
-def _call(fn, *args, what: str):
-    """Call the learner's function; its errors become ``Wrong``, a blank or ``None`` ``NotDone``."""
-    try:
-        result = fn(*args)
-    except (NotDone, Wrong):
-        raise
-    except Exception as exc:
-        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
-    if result is None:
-        raise NotDone(f"{what} returned None: did you forget `return`?")
-    if is_blank(result):
-        raise NotDone(f"{what} still returns ____: replace it with your code.")
-    return result
 
 
 # --------------------------------------------------------------------------- q1
@@ -104,7 +85,7 @@ def _tflops_mistake(got: float, n: int, seconds: float) -> str:
 
 
 def _check_tflops(fn) -> str:
-    _callable(fn, "matmul_tflops")
+    require_function(fn, "matmul_tflops")
     answers = []
     for n, seconds in Q1_CASES:
         what = f"matmul_tflops({n}, {seconds})"
@@ -197,12 +178,12 @@ def _intensity_mistake(got: float, n: int) -> str:
 
 
 def _check_roofline(fn) -> str:
-    _callable(fn, "roofline")
+    require_function(fn, "roofline")
     verdicts = []
     for gpu, peak, bandwidth, n in Q2_CASES:
         what = f"roofline({n}, {peak:g}, {bandwidth:g})"
         context = f"for an n = {n} matmul on the {gpu} ({peak:g} TFLOP/s, {bandwidth:g} GB/s)"
-        result = _call(fn, n, peak, bandwidth, what=what)
+        result = _call(fn, n, peak, bandwidth, what=what, parts=("ridge", "intensity", "bound"))
         if isinstance(result, (str, bytes)) or not isinstance(result, (tuple, list)) or len(result) != 3:
             raise Wrong(f"{what} returned {type(result).__name__} {result!r}; return three values: "
                         "ridge, intensity, bound.")
@@ -299,7 +280,7 @@ def _ms(seconds: float) -> str:
 
 
 def _check_timer(time_once) -> str:
-    _callable(time_once, "time_once")
+    require_function(time_once, "time_once")
     rng = random.Random()
     results = []
     for low, high in WORK_RANGES_S:

@@ -20,33 +20,13 @@ import numbers
 import types
 from unittest import mock
 
-from ..exercises import Exercise, NotDone, Wrong, is_blank, solution_link
+from ..exercises import Exercise, NotDone, Wrong, is_blank, require_function, solution_link
+from ..exercises import call_answer as _call
 
 SOLUTION = solution_link("02-finding-your-gpu.ipynb")
 GIB = 2**30
 
 
-def _callable(fn, name: str) -> None:
-    if is_blank(fn):
-        raise NotDone(f"{name} is still ____.")
-    if not callable(fn):
-        raise Wrong(f"pass the function itself, {name} (no brackets, no quotes), "
-                    f"not {type(fn).__name__} {fn!r}.")
-
-
-def _call(fn, *args, what: str, none_ok: bool = False):
-    """Call the learner's function: its errors become ``Wrong``; ____ (and None, unless allowed) ``NotDone``."""
-    try:
-        result = fn(*args)
-    except (NotDone, Wrong):
-        raise
-    except Exception as exc:
-        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
-    if result is None and not none_ok:
-        raise NotDone(f"{what} returned None: did you forget `return`?")
-    if is_blank(result):
-        raise NotDone(f"{what} still returns ____: replace it with your code.")
-    return result
 
 
 # --- q1: a GPU big enough for the model ----------------------------------------
@@ -198,7 +178,7 @@ def _pick_mistake(gpus, need, got: str, expected: str) -> str:
 
 
 def _check_pick_device(pick_device):
-    _callable(pick_device, "pick_device")
+    require_function(pick_device, "pick_device")
     for machine, gpus, need, expected in Q1_CASES:
         call = f"On {machine} ({_describe(gpus)}), pick_device({need})"
         with _simulated_machine(gpus):
@@ -231,7 +211,7 @@ def _short(value, limit: int = 60) -> str:
 def _check_to_device(to_device):
     import torch
 
-    _callable(to_device, "to_device")
+    require_function(to_device, "to_device")
     # The meta device exists on every machine, so the check runs anywhere. Only moves happen
     # on it here, never a computation.
     target = torch.device("meta")
@@ -406,7 +386,7 @@ def _freest_mistake(rows, got: int, best) -> str:
 
 
 def _check_freest_gpu(freest_gpu):
-    _callable(freest_gpu, "freest_gpu")
+    require_function(freest_gpu, "freest_gpu")
     answers = []
     for where, text in Q3_SERVERS:
         what = f"freest_gpu(text) on {where}"
@@ -533,7 +513,7 @@ def _physical_gpu_answer(physical_gpu, visible, index, gpus, expected, what):
 
 
 def _check_physical_gpu(physical_gpu):
-    _callable(physical_gpu, "physical_gpu")
+    require_function(physical_gpu, "physical_gpu")
     answers = []
     for visible, index, gpus, expected in Q4_CASES:
         what = f"physical_gpu({visible!r}, {index}, {gpus})"

@@ -44,8 +44,9 @@ from ..exercises import (
     NotDone,
     Wrong,
     as_number,
-    is_blank,
+    describe,
     require_answer,
+    require_function,
     solution_link,
 )
 from ..exercises import call_answer as _call
@@ -56,26 +57,6 @@ SOLUTIONS = solution_link("04-keras-cnn.ipynb")
 
 # --- helpers ---------------------------------------------------------------------------
 
-def _describe(value) -> str:
-    """Type, and shape where it has one, for messages."""
-    kind = type(value).__name__
-    article = "an" if kind[:1].lower() in "aeiou" else "a"
-    shape = getattr(value, "shape", None)
-    if shape is not None and not isinstance(value, (str, bytes)):
-        try:
-            return f"{article} {kind} of shape {tuple(shape)}"
-        except TypeError:
-            pass
-    if isinstance(value, (list, tuple)) and len(repr(value)) > 80:
-        return f"{article} {kind} of {len(value)} items"
-    return " ".join(f"{kind} {value!r}".split())[:120]
-
-
-def _callable(fn, name: str) -> None:
-    if is_blank(fn):
-        raise NotDone(f"{name} is still ____.")
-    if not callable(fn):
-        raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {_describe(fn)}.")
 
 
 # --------------------------------------------------------------------------- q1
@@ -111,7 +92,7 @@ def _whole(name, value) -> int:
         return int(value)
     if isinstance(value, numbers.Real) and float(value).is_integer():
         return int(value)
-    raise Wrong(f"{name} should be a whole number, got {_describe(value)}.")
+    raise Wrong(f"{name} should be a whole number, got {describe(value)}.")
 
 
 def _q1_shape_mistake(shape, layer) -> str | None:
@@ -122,7 +103,7 @@ def _q1_shape_mistake(shape, layer) -> str | None:
     if isinstance(shape, np.ndarray):
         shape = shape.tolist()
     if not isinstance(shape, (tuple, list)):
-        return (f"the shape should be a tuple (height, width, channels), got {_describe(shape)}.")
+        return (f"the shape should be a tuple (height, width, channels), got {describe(shape)}.")
     shape = tuple(shape)
     if len(shape) == 4 and shape[0] is None:
         return "leave out the batch dimension (None): give (height, width, channels)."
@@ -178,13 +159,13 @@ def _q1_params_mistake(params, layer) -> str | None:
 
 
 def _check_q1(conv2d_facts):
-    _callable(conv2d_facts, "conv2d_facts")
+    require_function(conv2d_facts, "conv2d_facts")
     answers = []
     for i, layer in enumerate(Q1_LAYERS):
         what = f"conv2d_facts({layer[0]}, {layer[1]}, {layer[2]}, {layer[3]!r})"
         result = _call(conv2d_facts, *layer, what=what)
         if not isinstance(result, (tuple, list)) or len(result) != 2:
-            raise Wrong(f"{what} should return two things, (shape, params); got {_describe(result)}.")
+            raise Wrong(f"{what} should return two things, (shape, params); got {describe(result)}.")
         shape, params = require_answer(result[0], what), require_answer(result[1], what)
         mistake = _q1_shape_mistake(shape, layer) or _q1_params_mistake(params, layer)
         if mistake:
@@ -319,7 +300,7 @@ def _q2_result_mistake(result, x: np.ndarray, what: str) -> str | None:
         return (f"{what} returns a NumPy array: return the tensor itself, whose .device records where it "
                 "was computed (.numpy() forgets that).")
     if not isinstance(result, tf.Tensor) or not isinstance(getattr(result, "device", None), str):
-        return f"{what} should return a tf.Tensor, got {_describe(result)}."
+        return f"{what} should return a tf.Tensor, got {describe(result)}."
     kind = _kind(result.device)
     if kind != "CPU":
         return (f"{what} was computed on {result.device}, the device the caller chose, not on the CPU. "
@@ -363,7 +344,7 @@ def _check_device_type(device_type, extra_names) -> None:
         if not isinstance(got, str):
             if hasattr(got, "device_type"):
                 raise Wrong(f"{what} returned a {type(got).__name__}: return its .device_type, the text 'CPU' or 'GPU'.")
-            raise Wrong(f"{what} should return the text 'CPU' or 'GPU', got {_describe(got)}.")
+            raise Wrong(f"{what} should return the text 'CPU' or 'GPU', got {describe(got)}.")
         if got.upper().startswith(expected + ":") or "/" in got or "device:" in got.lower():
             raise Wrong(f"{what} returned {got!r}: return only the kind of device, {expected!r}, "
                         "without job, task or index.")
@@ -376,8 +357,8 @@ def _check_device_type(device_type, extra_names) -> None:
 def _check_q2(cpu_reference, device_type):
     import tensorflow as tf
 
-    _callable(cpu_reference, "cpu_reference")
-    _callable(device_type, "device_type")
+    require_function(cpu_reference, "cpu_reference")
+    require_function(device_type, "device_type")
     gpus = tf.config.list_logical_devices("GPU")
     outer = gpus[0].name if gpus else "/device:GPU:0"
     rng = np.random.default_rng(4)
@@ -494,7 +475,7 @@ def _q3_structure(with_prefetch, ds, label: str):
     what = f"with_prefetch({label})"
     out = _call(with_prefetch, ds, what=what)
     if not isinstance(out, tf.data.Dataset):
-        raise Wrong(f"{what} should return a tf.data.Dataset, got {_describe(out)}.")
+        raise Wrong(f"{what} should return a tf.data.Dataset, got {describe(out)}.")
     if out is ds:
         raise Wrong(f"{what} returns its input unchanged: return ds.prefetch(tf.data.AUTOTUNE).")
     chain = _chain(out)
@@ -580,7 +561,7 @@ def _q3_numbers(t_slow, t_fast):
 
 
 def _check_q3(with_prefetch, t_slow, t_fast):
-    _callable(with_prefetch, "with_prefetch")
+    require_function(with_prefetch, "with_prefetch")
     _q3_structure(with_prefetch, _q3_batches(), "a dataset of (images, labels) batches")
     slow = q3_slow_pipeline()
     fast = _q3_structure(with_prefetch, slow, "a copy of slow_ds")
@@ -666,7 +647,7 @@ def _q4_matrix(cm):
     arr = np.asarray(cm) if not isinstance(cm, (str, bytes)) else None
     if arr is None or arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] < 2 \
             or not np.issubdtype(arr.dtype, np.number) or (arr < 0).any():
-        raise Wrong(f"cm should be the notebook's confusion matrix (a square array of counts), got {_describe(cm)}.")
+        raise Wrong(f"cm should be the notebook's confusion matrix (a square array of counts), got {describe(cm)}.")
     return arr
 
 
@@ -721,7 +702,7 @@ def _q4_mistake(cm, k, p, r, f, notebook_cm) -> str | None:
 
 
 def _check_q4(precision_recall_f1, cm):
-    _callable(precision_recall_f1, "precision_recall_f1")
+    require_function(precision_recall_f1, "precision_recall_f1")
     notebook_cm = _q4_matrix(cm)
     fixtures = _q4_fixtures()
     answers = []
@@ -735,7 +716,7 @@ def _check_q4(precision_recall_f1, cm):
         if isinstance(result, np.ndarray) and result.shape == (3,):
             result = tuple(result)
         if not isinstance(result, (tuple, list)) or len(result) != 3:
-            raise Wrong(f"{what} should return three numbers, (precision, recall, f1); got {_describe(result)}.")
+            raise Wrong(f"{what} should return three numbers, (precision, recall, f1); got {describe(result)}.")
         for v in result:
             require_answer(v, what)
         where = f"For class {k} of {_matrix_text(m)}: "
