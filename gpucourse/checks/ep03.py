@@ -33,7 +33,7 @@ from unittest import mock
 
 import numpy as np
 
-from ..exercises import Exercise, NotDone, Wrong, as_number, is_blank, solution_link
+from ..exercises import Exercise, NotDone, Wrong, as_number, is_blank, require_function, solution_link
 from ..exercises import call_answer as _call
 from ..exercises import mentions_blank as _mentions_blank
 
@@ -52,10 +52,6 @@ def _describe(value) -> str:
         return f"a NumPy array of shape {value.shape}"
     return f"{type(value).__name__} {value!r}"[:120]
 
-
-def _require_function(fn, name: str) -> None:
-    if not callable(fn):
-        raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {_describe(fn)}.")
 
 
 def _code_names(fn) -> set[str]:
@@ -312,7 +308,7 @@ def _close(a, b) -> bool:
 def _check_standardise(standardise):
     import torch
 
-    _require_function(standardise, "standardise")
+    require_function(standardise, "standardise")
     for description, train, test in _q1_fixtures():
         train_in, test_in = train.copy(), test.copy()
         what = f"standardise(X_train, X_test) with {description}"
@@ -440,7 +436,7 @@ def _check_train_step(train_step):
     import torch
     from torch import nn
 
-    _require_function(train_step, "train_step")
+    require_function(train_step, "train_step")
     reference_loss = nn.BCEWithLogitsLoss()
     for i, (case, gpus, where, n_features) in enumerate(_Q2_CASES):
         rng = np.random.default_rng(100 + i)
@@ -547,7 +543,7 @@ def _explain_back_error(case: str):
 def _check_back(for_sklearn):
     import torch
 
-    _require_function(for_sklearn, "for_sklearn")
+    require_function(for_sklearn, "for_sklearn")
     cases = [("prob of shape (40,) and loss on the CPU", 40, True, None, 0),
              ("prob of shape (25, 1) and loss on a simulated GPU, cuda:0", 25, False, "cuda:0", 1)]
     if torch.cuda.is_available():
@@ -654,7 +650,7 @@ _Q4_TOLERANCE_S = 0.008
 
 
 def _check_timer(time_epoch):
-    _require_function(time_epoch, "time_epoch")
+    require_function(time_epoch, "time_epoch")
     names = _code_names(time_epoch)
     if "benchmark" in names:
         raise Wrong("time_epoch calls benchmark(...). This exercise is to write what it does yourself: the "
@@ -902,7 +898,7 @@ def _check_crossover(my_prediction, crossover, widths, cpu_times, gpu_times):
         extra = " (text in quotes is not a number: drop the quotes)" if isinstance(my_prediction, str) else ""
         raise Wrong(f"my_prediction should be a width, a positive whole number such as 100 (make your guess "
                     f"before you run the sweep), got {_describe(my_prediction)}{extra}.")
-    _require_function(crossover, "crossover")
+    require_function(crossover, "crossover")
     widths, cpu_times = list(widths), list(cpu_times)
     if len(cpu_times) != len(widths) or (gpu_times is not None and len(gpu_times) != len(widths)):
         n_gpu = "no" if gpu_times is None else len(gpu_times)
