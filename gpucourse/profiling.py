@@ -2,8 +2,9 @@
 
 ``SlowShards`` is a data set whose items are whole batches that take a set time to "read"
 (a stand-in for reading and decoding files). It lives in this module, not in the notebook,
-because ``DataLoader`` workers started with *spawn* (the default on macOS and Windows) import
-the data set's class by name: a class defined in a notebook cannot be found there.
+because ``DataLoader`` workers started with *spawn* (the default on macOS and Windows) or
+*forkserver* (the default on Linux from Python 3.14) import the data set's class by name: a
+class defined in a notebook cannot be found there.
 """
 
 from __future__ import annotations

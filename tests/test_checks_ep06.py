@@ -2,7 +2,8 @@
 
 The capstone (q4) check times the learner's loop against the original on this machine; the wrong
 fixes below are the ones a learner is tempted by: cutting steps, skipping the standardisation,
-training a new or smaller model, shuffling, another optimizer, or not fixing anything.
+training a new or smaller model, shuffling, another optimizer, fixing one cause only, remembering
+results instead of training, or not fixing anything.
 """
 
 from __future__ import annotations
@@ -29,45 +30,61 @@ def assert_wrong(exercise, answers, words):
     assert "Traceback" not in message
 
 
-# --- q1: amp_step ------------------------------------------------------------------------------
+# --- q1: amp_step, with gradient clipping -------------------------------------------------------
 
-def amp_step(model, optimizer, scaler, X, y, device_type, dtype):
+def amp_step(model, optimizer, scaler, X, y, device_type, dtype, max_norm):
     optimizer.zero_grad()
     with torch.autocast(device_type=device_type, dtype=dtype):
         loss = loss_fn(model(X).squeeze(1), y)
     scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     scaler.step(optimizer)
     scaler.update()
     return loss.item()
 
 
-def amp_step_set_to_none(model, optimizer, scaler, X, y, device_type, dtype):
+def amp_step_set_to_none(model, optimizer, scaler, X, y, device_type, dtype, max_norm):
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast(device_type, dtype=dtype):
         logits = model(X).squeeze(1)
         loss = loss_fn(logits, y)
     scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=max_norm, norm_type=2.0)
     scaler.step(optimizer)
     scaler.update()
-    return float(loss)
+    return float(loss.detach())
 
 
 def _amp_variant(autocast=True, dtype=None, device_type=None, scale=True, via_scaler=True, update=True,
-                 update_first=False, zero_grad=True, ret="item"):
-    def step(model, optimizer, scaler, X, y, dev, dt):
+                 update_first=False, zero_grad=True, ret="item", backward_inside=False, unscale="before",
+                 clip=True, norm=None):
+    def step(model, optimizer, scaler, X, y, dev, dt, max_norm):
         if zero_grad:
             optimizer.zero_grad()
         ctx = (torch.autocast(device_type=device_type or dev, dtype=dtype or dt) if autocast
                else torch.autocast(device_type="cpu", enabled=False))
         with ctx:
             loss = loss_fn(model(X).squeeze(1), y)
-        (scaler.scale(loss) if scale else loss).backward()
+            if backward_inside:
+                scaler.scale(loss).backward()
+        if not backward_inside:
+            (scaler.scale(loss) if scale else loss).backward()
+        if unscale in ("before", "twice"):
+            scaler.unscale_(optimizer)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), norm or max_norm)
+        if unscale in ("after clip", "twice"):
+            scaler.unscale_(optimizer)
         if update_first:
             scaler.update()
         if via_scaler:
             scaler.step(optimizer)
         else:
             optimizer.step()
+        if unscale == "after step":
+            scaler.unscale_(optimizer)
         if update and not update_first:
             scaler.update()
         if ret == "tensor":
@@ -79,10 +96,21 @@ def _amp_variant(autocast=True, dtype=None, device_type=None, scale=True, via_sc
 
 
 def test_q1_right_answers_pass_and_stub_is_not_done():
-    assert ep06.q1.outcome(amp_step)[0] == "correct"
+    assert ep06.q1.outcome(amp_step) == ("correct", ep06.q1.outcome(amp_step)[1])
     assert ep06.q1.outcome(amp_step_set_to_none)[0] == "correct"
+    assert ep06.q1.outcome(_amp_variant())[0] == "correct"
     assert ep06.q1.outcome(____)[0] == "not-done"
     assert ep06.q1.outcome(lambda *a: ____)[0] == "not-done"
+
+
+def test_q1_right_answer_passes_with_the_real_grad_scaler_too():
+    """The spy scaler behaves like torch.amp.GradScaler for this step (enabled on the CPU)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    X, y = torch.randn(32, 6) * 3, (torch.rand(32) > 0.5).float()
+    loss = amp_step(model, optimizer, torch.amp.GradScaler("cpu"), X, y, "cpu", torch.bfloat16, 0.05)
+    assert isinstance(loss, float)
 
 
 Q1_WRONG = {
@@ -97,6 +125,13 @@ Q1_WRONG = {
     "no zero_grad": (_amp_variant(zero_grad=False), ["zero_grad"]),
     "returns the loss tensor": (_amp_variant(ret="tensor"), ["python float", "loss.item()"]),
     "returns the scaled loss": (_amp_variant(ret="scaled"), ["unscaled loss"]),
+    "backward inside autocast": (_amp_variant(backward_inside=True), ["inside the autocast block"]),
+    "clips without unscaling": (_amp_variant(unscale="never"), ["clipped the scaled gradients", "unscale_"]),
+    "unscales after clipping": (_amp_variant(unscale="after clip"), ["clipped the scaled gradients"]),
+    "unscales twice": (_amp_variant(unscale="twice"), ["twice"]),
+    "unscales after the step": (_amp_variant(unscale="after step", clip=False), ["after scaler.step"]),
+    "no clipping": (_amp_variant(clip=False), ["not clipped", "clip_grad_norm_"]),
+    "hard-coded max_norm": (_amp_variant(norm=0.1), ["clipped to 0.1", "max_norm="]),
     "not a function": (3.0, ["pass the function itself"]),
 }
 
@@ -184,9 +219,10 @@ def test_q3_wrong_answers_name_the_mistake(name):
 # --- q4: the capstone ----------------------------------------------------------------------------
 
 def fast_train(model, X, y, steps, batch_size, lr=0.05):
+    device = next(model.parameters()).device
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    X_std = torch.from_numpy((X - X.mean(axis=0)) / X.std(axis=0)).float()
-    y_t = torch.from_numpy(y).float()
+    X_std = torch.from_numpy((X - X.mean(axis=0)) / X.std(axis=0)).float().to(device)
+    y_t = torch.from_numpy(y).float().to(device)
     n_batches = len(X) // batch_size
     losses = []
     for step in range(steps):
@@ -201,7 +237,8 @@ def fast_train(model, X, y, steps, batch_size, lr=0.05):
 
 
 def _variant(standardise=True, shuffle=False, steps_cut=0, opt="sgd", lr=0.05, zero_grad=True, new_model=False,
-             no_grad=False, width=None, batch_scale=1, every_other=False, per_batch_std=False, mutate=False):
+             no_grad=False, width=None, batch_scale=1, every_other=False, per_batch_std=False, mutate=False,
+             torch_std=None):
     def train(model, X, y, steps, batch_size):
         if new_model:
             model = copy.deepcopy(model)
@@ -217,6 +254,9 @@ def _variant(standardise=True, shuffle=False, steps_cut=0, opt="sgd", lr=0.05, z
         else:
             Xs = (X - X.mean(axis=0)) / X.std(axis=0) if standardise else X
         X_std = torch.from_numpy(Xs).float()
+        if torch_std is not None:   # standardised in torch, float32, with this correction
+            Xt = torch.from_numpy(X).float()
+            X_std = (Xt - Xt.mean(0)) / Xt.std(0, correction=torch_std)
         y_t = torch.from_numpy(y).float()
         bs = batch_size // batch_scale
         n_batches = len(X) // bs
@@ -253,8 +293,44 @@ def test_one_thread_restores_the_thread_count():
     assert torch.get_num_threads() == before
 
 
+def fast_train_standardisation_only(model, X, y, steps, batch_size, lr=0.05):
+    """One cause fixed (the table is standardised once); events are still copied one by one, .item() every step."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    X_std = (X - X.mean(axis=0)) / X.std(axis=0)
+    n_batches = len(X) // batch_size
+    losses = []
+    for step in range(steps):
+        rows = range((step % n_batches) * batch_size, (step % n_batches + 1) * batch_size)
+        xb = torch.stack([torch.tensor(X_std[i], dtype=torch.float32) for i in rows])
+        yb = torch.tensor([float(y[i]) for i in rows], dtype=torch.float32)
+        optimizer.zero_grad()
+        loss = loss_fn(model(xb).squeeze(1), yb)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def make_memoising():
+    """Remembers (losses, trained weights) per data, weights and steps; answers repeats without training."""
+    cache = {}
+
+    def train(model, X, y, steps, batch_size):
+        key = (X.tobytes(), y.tobytes(), steps, batch_size,
+               tuple(p.detach().sum().item() for p in model.parameters()))
+        if key not in cache:
+            losses = fast_train(model, X, y, steps, batch_size)
+            cache[key] = (losses, copy.deepcopy(model.state_dict()))
+        losses, state = cache[key]
+        model.load_state_dict(state)
+        return list(losses)
+    return train
+
+
 def test_q4_solution_passes_and_stub_is_not_done():
     result, message = ep06.q4.outcome(fast_train)
+    assert result == "correct", message
+    result, message = ep06.q4.outcome(_variant(torch_std=0))   # torch.std with NumPy's divisor, n
     assert result == "correct", message
     assert ep06.q4.outcome(____)[0] == "not-done"
     assert ep06.q4.outcome(lambda model, X, y, steps, batch_size: ____)[0] == "not-done"
@@ -279,6 +355,13 @@ Q4_WRONG = {
     "hard-coded losses": (lambda m, X, y, s, b: [0.69] * s, ["untrained"]),
     "returns one number": (lambda m, X, y, s, b: fast_train(m, X, y, s, b)[-1], ["list of losses"]),
     "not a function": ([0.7, 0.6], ["pass the function itself"]),
+    "only the standardisation moved out of the loop": (fast_train_standardisation_only,
+                                                       ["every table", "not only one"]),
+    "remembers results instead of training": (make_memoising(), ["no cached results"]),
+    "torch.std with its default n - 1": (_variant(torch_std=1), ["n - 1", "correction=0"]),
+    "mixed devices": (lambda m, X, y, s, b: (_ for _ in ()).throw(RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!")),
+        ["mixed devices", "next(model.parameters()).device"]),
 }
 
 
@@ -286,6 +369,26 @@ Q4_WRONG = {
 def test_q4_wrong_fixes_are_rejected(name):
     answer, words = Q4_WRONG[name]
     assert_wrong(ep06.q4, [answer], words)
+
+
+def test_q4_hard_coded_cuda_is_explained_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without a GPU")
+
+    def on_cuda(model, X, y, steps, batch_size):
+        torch.zeros(1).to("cuda")
+    assert_wrong(ep06.q4, [on_cuda], ["no GPU here", "next(model.parameters()).device"])
+
+
+def test_q4_timing_restores_a_changed_thread_count():
+    before = torch.get_num_threads()
+
+    def changes_threads():
+        torch.set_num_threads(before + 1)
+    with ep06.one_thread():
+        ep06._time(changes_threads, 2)
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
 
 
 def test_q4_original_is_deliberately_much_slower():
@@ -296,11 +399,17 @@ def test_q4_original_is_deliberately_much_slower():
         slow = min(_timed(ep06.slow_train, model, X, y) for _ in range(2))
         best = min(_timed(fast_train, model, X, y) for _ in range(3))
     assert slow / best > 2 * ep06.REQUIRED_SPEEDUP, (slow, best)
+    X, y = ep06.capstone_data(13, 2_048)   # the small table: building batches event by event is the cost
+    model = ep06.capstone_model(13)
+    with ep06.one_thread():
+        slow = min(_timed(ep06.slow_train, model, X, y, 40, 1_024) for _ in range(2))
+        best = min(_timed(fast_train, model, X, y, 40, 1_024) for _ in range(3))
+    assert slow / best > 1.5 * ep06.REQUIRED_SPEEDUP, (slow, best)
 
 
-def _timed(fn, model, X, y):
+def _timed(fn, model, X, y, steps=60, batch=256):
     import time
 
     start = time.perf_counter()
-    fn(copy.deepcopy(model), X, y, 60, 256)
+    fn(copy.deepcopy(model), X, y, steps, batch)
     return time.perf_counter() - start
