@@ -20,17 +20,11 @@ import time
 
 import numpy as np
 
-from ..exercises import Exercise, NotDone, Wrong, as_number, is_blank, solution_link
+from ..exercises import Exercise, Wrong, as_number, require_function, solution_link
 from ..exercises import call_answer as _call
 
 NOTEBOOK = "06-faster-training.ipynb"
 
-
-def _require_function(fn, name: str) -> None:
-    if is_blank(fn):
-        raise NotDone(f"replace ____ with your function {name}.")
-    if not callable(fn):
-        raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {type(fn).__name__}.")
 
 
 # --- q1: a mixed-precision step with gradient clipping ----------------------------------------
@@ -161,7 +155,7 @@ _Q1_CASES = ((0, "bfloat16", 0.05), (7, "float16", 0.2))   # seed, autocast dtyp
 def _check_amp_step(amp_step):
     import torch
 
-    _require_function(amp_step, "amp_step")
+    require_function(amp_step, "amp_step")
     for seed, dtype_name, max_norm in _Q1_CASES:
         dtype = getattr(torch, dtype_name)
         log = []
@@ -268,7 +262,7 @@ _Q2_DIAGNOSES = [
 
 
 def _check_compile_report(compile_report):
-    _require_function(compile_report, "compile_report")
+    require_function(compile_report, "compile_report")
     for times, warmup in _Q2_CASES:
         got = _call(compile_report, list(times), warmup, what=f"compile_report({times}, warmup={warmup})")
         if not isinstance(got, (tuple, list)) or len(got) != 2:
@@ -346,7 +340,7 @@ def _profile(fn):
 
 
 def _check_top_op(top_op):
-    _require_function(top_op, "top_op")
+    require_function(top_op, "top_op")
     with one_thread():
         return _compare_top_op(top_op)
 
@@ -609,7 +603,7 @@ def _time(fn, reps, device=None):
 
 
 def _check_fast_train(fast_train):
-    _require_function(fast_train, "fast_train")
+    require_function(fast_train, "fast_train")
     if fast_train is slow_train:
         raise Wrong("that is slow_train itself; write fast_train.")
     with one_thread():
