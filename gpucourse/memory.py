@@ -5,7 +5,10 @@ caching allocator keeps the books: ``torch.cuda.memory_allocated`` (bytes held
 by tensors), ``memory_reserved`` (bytes the allocator holds, cached blocks
 included), ``max_memory_allocated`` with ``reset_peak_memory_stats``, and
 ``set_per_process_memory_fraction`` to make the allocator raise
-``torch.OutOfMemoryError`` beyond a limit. ``CudaMeter`` is exactly those calls.
+``torch.OutOfMemoryError`` beyond a limit. ``CudaMeter`` is exactly those calls,
+so it counts every tensor on the device, those made before ``with meter:``
+included (and the cuBLAS workspace that PyTorch allocates at the first matrix
+product): subtract ``meter.allocated()`` taken when a measurement begins.
 
 A CPU has no such allocator to ask, so ``TensorMeter`` counts for itself: while
 it is active (``with meter:``) it sees every tensor PyTorch creates (through a
@@ -104,19 +107,26 @@ class CudaMeter:
 
     @contextlib.contextmanager
     def budget(self, nbytes: int):
-        """Inside the block, the allocator raises ``torch.OutOfMemoryError`` beyond ``nbytes``.
+        """Inside the block, the allocator may reserve ``nbytes`` more than it holds now; beyond that it raises
+        ``torch.OutOfMemoryError``.
 
-        Uses ``torch.cuda.set_per_process_memory_fraction``, which limits the
-        memory the caching allocator may reserve (cached blocks count too), and
-        sets the fraction back to 1 afterwards.
+        Uses ``torch.cuda.set_per_process_memory_fraction``, which limits all the memory the caching
+        allocator reserves on the device (cached blocks count too). What it still holds after
+        ``free_cache()`` (live tensors, the cuBLAS workspace) is added to ``nbytes``, so that the budget is
+        for what the block creates, as a ``TensorMeter``'s is. The fraction is set back to 1 afterwards.
+        The allocator reserves in segments (2 MiB for small tensors, 20 MiB or more for larger ones), so a
+        GPU runs out somewhat earlier than the same budget on a CPU.
         """
         import torch
 
-        fraction = float(nbytes) / self.total()
-        if not 0 < fraction <= 1:
-            raise ValueError(f"a budget of {format_bytes(nbytes)} is not between 0 and the device's "
-                             f"{format_bytes(self.total())}.")
+        if nbytes <= 0:
+            raise ValueError(f"a budget must be a positive number of bytes, got {nbytes}.")
         self.free_cache()
+        held = torch.cuda.memory_reserved(self.device)     # already reserved: live tensors, cuBLAS workspace
+        fraction = (held + float(nbytes)) / self.total()
+        if not 0 < fraction <= 1:
+            raise ValueError(f"a budget of {format_bytes(nbytes)} on top of the {format_bytes(held)} already "
+                             f"reserved is more than the device's {format_bytes(self.total())}.")
         torch.cuda.set_per_process_memory_fraction(fraction, self.device)
         try:
             yield self

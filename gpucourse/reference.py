@@ -60,6 +60,7 @@ class Band:
     model: str
     kind: str  # "derived" (datasheet) or "measured" (a reference record)
     source: str
+    reasons: tuple = ()  # likely reasons for a value outside the band, when they are the band's own
 
     def describe(self, unit: str) -> str:
         return f"{self.low:.3g}–{self.high:.3g} {unit} for {self.model} ({self.kind}: {self.source})"
@@ -72,15 +73,21 @@ def band(name: str, device_name: str | None) -> Band | None:
     (±15 % around the measurement); None when neither exists.
     """
     model, spec = gpu_model(device_name)
+    short = name.split(".", 1)[-1]
+    absolute = bands().get("absolute", {}).get(short)
     if model is None:
-        return None
+        if absolute is None or not device_name:
+            return None
+        model = device_name   # a figure that is the same on every GPU needs no datasheet
     for record in records():
         if gpu_model(record["hardware"].get("gpu_name"))[0] == model:
             value = record.get("figures", {}).get(name, {}).get("value")
             if isinstance(value, (int, float)) and math.isfinite(value):
                 return Band(0.85 * value, 1.15 * value, model, "measured",
                             f"make gpu-check on {record['hardware']['gpu_name']}, {record['date']}, ±15 %")
-    short = name.split(".", 1)[-1]
+    if absolute is not None:  # a figure that does not depend on the GPU model, such as bytes per parameter
+        return Band(absolute["low"], absolute["high"], model, "derived", absolute["why"],
+                    tuple(absolute.get("reasons", ())))
     rule = bands()["fractions"].get(short)
     if rule is None:
         return None
@@ -100,7 +107,10 @@ def verdict(name: str, value: float, unit: str, device_name: str | None) -> str:
         return f"  ✓ inside the expected band: {expected.describe(unit)}"
     side = "below" if value < expected.low else "above"
     lines = [f"  ✗ {side} the expected band: {expected.describe(unit)}."]
-    if side == "below":
+    if expected.reasons:
+        lines.append("  Likely reasons:")
+        lines += [f"  - {reason}" for reason in expected.reasons]
+    elif side == "below":
         lines.append("  Likely reasons:")
         lines += [f"  - {reason}" for reason in bands()["reasons"]]
     else:

@@ -17,17 +17,8 @@ import torch
 from gpucourse.checks import ep05
 from gpucourse.exercises import ____
 
+from checking import assert_wrong, outcome
 
-def outcome(exercise, *answers):
-    return exercise.outcome(*answers)
-
-
-def assert_wrong(exercise, answers, words):
-    result, message = exercise.outcome(*answers)
-    assert result == "wrong", (result, message)
-    missing = [w for w in words if w.lower() not in message.lower()]
-    assert not missing, f"message lacks {missing}: {message}"
-    assert "Traceback" not in message
 
 
 # --- q1: the bytes of a model's training state ------------------------------------------------
@@ -92,7 +83,11 @@ Q1_WRONG = {
     "GiB": (state_formula(scale=1 / 2**30), ["GiB", "bytes"]),
     "MB": (state_formula(scale=1 / 1e6), ["in MB"]),
     "hard-coded 16 bytes per parameter": (lambda m, c: 16 * sum(p.numel() for p in m.parameters()),
-                                          ["right for", "of the 6 cases"]),
+                                          ["right for", "of the 7 cases"]),
+    "one dtype for all parameters": (lambda m, c: next(m.parameters()).element_size()
+                                     * (sum(p.numel() for p in m.parameters())
+                                        + sum(p.numel() for p in m.parameters() if p.requires_grad) * (1 + c)),
+                                     ["own dtype", "element_size() per parameter"]),
     "hard-coded constant": (lambda m, c: 83_984, ["for every model", "model.parameters()"]),
     "gradients counted twice": (lambda m, c: training_state_bytes(m, c + 1), ["gradients twice"]),
     "text": (lambda m, c: "83984 bytes", ["should be a number", "text in quotes"]),
@@ -209,12 +204,18 @@ def largest_batch(try_step, start=1, fits=fits_after_except):
 
 
 def largest_batch_returning_in_except(try_step, start=1):
-    def fits(step, batch):
+    def attempt(step, batch):
         try:
             step(batch)
             return True
         except torch.OutOfMemoryError:
             return False          # leaving the block by return frees the failed step too
+
+    def fits(step, batch):
+        ok = attempt(step, batch)
+        gc.collect()
+        torch.cuda.empty_cache()
+        return ok
     return largest_batch(try_step, start, fits)
 
 
@@ -264,23 +265,51 @@ def _keeps_the_error(try_step, start=1):
     return largest_batch(try_step, start, fits)
 
 
-def _catches_everything(try_step, start=1):
+def _no_cleanup(try_step, start=1):
     def fits(step, batch):
         try:
             step(batch)
             return True
+        except torch.OutOfMemoryError:
+            return False          # no gc.collect(), no torch.cuda.empty_cache()
+    return largest_batch(try_step, start, fits)
+
+
+def _collect_only(try_step, start=1):
+    def fits(step, batch):
+        failed = False
+        try:
+            step(batch)
+        except torch.OutOfMemoryError:
+            failed = True
+        gc.collect()              # but no torch.cuda.empty_cache()
+        return not failed
+    return largest_batch(try_step, start, fits)
+
+
+def _catches_everything(try_step, start=1):
+    def fits(step, batch):
+        failed = False
+        try:
+            step(batch)
         except Exception:
-            return False
+            failed = True
+        gc.collect()
+        torch.cuda.empty_cache()
+        return not failed
     return largest_batch(try_step, start, fits)
 
 
 def _catches_runtime_error(try_step, start=1):
     def fits(step, batch):
+        failed = False
         try:
             step(batch)
-            return True
         except RuntimeError:
-            return False
+            failed = True
+        gc.collect()
+        torch.cuda.empty_cache()
+        return not failed
     return largest_batch(try_step, start, fits)
 
 
@@ -347,6 +376,9 @@ def _never_stops_at_one(try_step, start=1):
 Q3_WRONG = {
     "retries inside the except block": (_retry_inside_except, ["still in use", "except block", "failed = True"]),
     "keeps the exceptions": (_keeps_the_error, ["keep the exception in a variable"]),
+    "no gc.collect() or empty_cache() after a failure": (_no_cleanup, ["gc.collect()", "torch.cuda.empty_cache()",
+                                                                        "before the next try", "never ran"]),
+    "no empty_cache() after a failure": (_collect_only, ["torch.cuda.empty_cache() never ran", "before the next try"]),
     "catches every Exception": (_catches_everything, ["not out of memory", "only torch.OutOfMemoryError"]),
     "catches every RuntimeError": (_catches_runtime_error, ["only torch.OutOfMemoryError", "except RuntimeError"]),
     "doubling only": (_doubling_only, ["power-of-two step", "bisect"]),
@@ -526,6 +558,8 @@ Q5_WRONG = {
     "seconds per step": (rule(lambda p, s, n: -s), ["seconds per step", "samples per second"]),
     "strictly below the budget": (rule(lambda p, s, n: n / s, fits=lambda p, b: p < b), ["equals the budget", "<="]),
     "largest batch that fits": (rule(lambda p, s, n: n), ["largest batch"]),
+    "largest batch, then the fastest": (rule(lambda p, s, n: (n, -s)), ["among those, the fastest",
+                                                                        "samples_per_step / seconds_per_step"]),
     "most memory": (rule(lambda p, s, n: p), ["most memory"]),
     "slowest": (rule(lambda p, s, n: n / s, best=min), ["slowest", "min instead of max"]),
     "returns the measurements": (lambda o, b: o[choose(o, b)] if choose(o, b) else None, ["NAME of the option"]),
@@ -543,3 +577,10 @@ Q5_WRONG = {
 def test_q5_wrong_answers_name_the_mistake(name):
     answer, words = Q5_WRONG[name]
     assert_wrong(ep05.q5, [answer], words)
+
+
+@pytest.mark.parametrize("exercise", [ep05.q1, ep05.q2, ep05.q3, ep05.q4, ep05.q5], ids=lambda e: e.name)
+def test_hints_point_the_way_without_the_code(exercise):
+    hint = exercise._hint
+    assert hint and not any(code in hint for code in (" = ", "+=", "return ", "2**30", "len(xb) / len(X)",
+                                                      "samples_per_step / seconds_per_step", "failed = True"))

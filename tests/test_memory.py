@@ -155,11 +155,40 @@ def test_cuda_meter_is_the_cuda_calls(monkeypatch):
     assert (meter.allocated(), meter.reserved(), meter.peak()) == (10, 20, 30)
     meter.reset_peak()
     with meter.budget(2 * GIB):
-        assert ("fraction", 0.25, dev) in calls
+        assert ("fraction", (20 + 2 * GIB) / (8 * GIB), dev) in calls
     assert calls[-1] == ("fraction", 1.0, dev)
     assert ("empty",) in calls and meter.summary() == "summary"
-    with pytest.raises(ValueError, match="not between 0"):
+    with pytest.raises(ValueError, match="more than the device's"):
         with meter.budget(16 * GIB):
+            pass
+    with pytest.raises(ValueError, match="positive number of bytes"):
+        with meter.budget(0):
+            pass
+
+
+def test_cuda_budget_is_on_top_of_what_is_already_reserved(monkeypatch):
+    """A GPU budget, like a TensorMeter's, is for what the block creates: memory the allocator still holds
+    after emptying its cache (the cuBLAS workspace, live tensors) is added, not charged to the budget."""
+    state = {"reserved": 20 * MIB, "fractions": [], "emptied": 0}
+
+    def empty_cache():
+        state["emptied"] += 1
+        state["reserved"] = 20 * MIB          # one 20 MiB segment stays: it holds the cuBLAS workspace
+
+    monkeypatch.setattr(torch.cuda, "empty_cache", empty_cache)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: state["reserved"])
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d: state["fractions"].append(f))
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda d: type("Props", (), {"total_memory": 16 * GIB})())
+    meter = memory.CudaMeter("cuda:0")
+    state["reserved"] = 600 * MIB            # cached blocks, freed by free_cache() before the budget is set
+    with meter.budget(64 * MIB):
+        allowed = state["fractions"][-1] * 16 * GIB
+        assert state["emptied"] >= 1
+        assert allowed == pytest.approx(84 * MIB)    # 20 MiB held + the 64 MiB budget, not 64 MiB in all
+    assert state["fractions"][-1] == 1.0
+    with pytest.raises(ValueError, match="already reserved"):
+        with meter.budget(16 * GIB - 10 * MIB):
             pass
     with pytest.raises(ValueError, match="needs a CUDA device"):
         memory.CudaMeter("cpu")

@@ -164,3 +164,14 @@ def test_a_cpu_run_of_episode_1_shows_the_recorded_gpu_reference(no_records, mon
     assert "none measured yet" in text  # ep01.bandwidth_gbs has no reference in this record
     sweep_cell = next(c for c in nb.cells if 'gpu_reference("ep01.matmul_sweep")' in c.source)
     assert any(o.output_type == "display_data" for o in sweep_cell.outputs), "the sweep plot was not drawn"
+
+
+def test_an_absolute_band_is_the_same_on_every_gpu_model(no_records):
+    for gpu in ("Tesla T4", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090"):   # the last is in no datasheet table
+        expected = reference.band("ep05.adam_step_peak_bytes_per_param", gpu)
+        assert (expected.low, expected.high, expected.kind) == (19.5, 22, "derived") and "foreach" in expected.source
+    assert reference.band("ep05.adam_step_peak_bytes_per_param", None) is None   # no GPU: nothing to compare
+    assert reference.band("ep01.matmul_fp16_tflops", "NVIDIA GeForce RTX 3090") is None
+    text = reference.verdict("ep05.adam_step_peak_bytes_per_param", 23.5, "bytes per parameter", "Tesla T4")
+    assert "above" in text and "single-tensor" in text and "synchronisation" not in text
+    assert "✓ inside" in reference.verdict("ep05.adam_step_peak_bytes_per_param", 20.1, "bytes", "Tesla T4")

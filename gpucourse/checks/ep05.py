@@ -12,7 +12,8 @@ or an answer right for one case only cannot pass, and recomputes or measures the
 * ``q3`` hands the learner's search a simulated GPU (``SimulatedGPU``) whose memory limit the check
   chooses. A step that does not fit raises ``torch.OutOfMemoryError`` and, like a real failed
   step, leaves its "tensors" referenced from the exception's traceback; the simulated GPU notices a
-  retry made while they are still alive (inside the ``except`` block, or with the exception kept);
+  retry made while they are still alive (inside the ``except`` block, or with the exception kept),
+  and a retry after a failure with no ``gc.collect()`` and ``torch.cuda.empty_cache()`` in between;
 * ``q4`` runs the learner's accumulation and a full-batch step side by side, compares the gradients
   the optimizer receives, watches the batch sizes the model sees, and measures the peak memory
   with ``gpucourse.memory.TensorMeter``.
@@ -30,7 +31,7 @@ from fractions import Fraction
 from unittest import mock
 
 from ..exercises import (Exercise, NotDone, Wrong, as_number, call_answer, is_blank, mentions_blank,
-                         solution_link)
+                         require_function, solution_link)
 
 NOTEBOOK = "05-gpu-memory.ipynb"
 GIB, MIB = 2**30, 2**20
@@ -45,12 +46,6 @@ def _describe(value) -> str:
         return f"a torch.Tensor of shape {tuple(value.shape)}"
     return f"{type(value).__name__} {value!r}"[:120]
 
-
-def _require_function(fn, name: str) -> None:
-    if is_blank(fn):
-        raise NotDone(f"define {name} and pass the function itself to check().")
-    if not callable(fn):
-        raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {_describe(fn)}.")
 
 
 def _constant(values, expected) -> bool:
@@ -102,6 +97,19 @@ def _q1_cases():
             return model
         return make
 
+    class Cast(nn.Module):                 # no parameters: passes a layer's output on in the next one's dtype
+        def __init__(self, dtype):
+            super().__init__()
+            self.dtype = dtype
+
+        def forward(self, x):
+            return x.to(self.dtype)
+
+    def mixed():
+        torch.manual_seed(54)
+        return nn.Sequential(nn.Linear(15, 64).to(torch.bfloat16), Cast(torch.float32), nn.ReLU(),
+                             nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+
     def cnn():
         torch.manual_seed(52)
         return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
@@ -119,6 +127,7 @@ def _q1_cases():
         ("an MLP whose first layer is frozen (requires_grad=False), with Adam, copies=2",
          mlp(frozen_first=True), adam, 2, (15,)),
         ("an MLP 15 → 40 → 40 → 1 in float64 with SGD and momentum, copies=1", mlp(40, torch.float64), momentum, 1, (15,)),
+        ("an MLP whose first layer is bfloat16 and the others float32, with Adam, copies=2", mixed, adam, 2, (15,)),
     ]
 
 
@@ -162,6 +171,9 @@ def _q1_alternatives(model, copies):
         "only for parameters with p.requires_grad.": size(params) * (2 + copies),
         "you used 4 bytes for every number; use each parameter's own size, p.element_size() "
         "(2 for bfloat16, 8 for float64).": 4 * (count(params) + count(trainable) * (1 + copies)),
+        "each parameter has its own dtype: use p.element_size() per parameter, not the first parameter's size "
+        "for all of them (a model can mix bfloat16 and float32 layers).":
+            params[0].element_size() * (count(params) + count(trainable) * (1 + copies)),
         "that is in bits: divide by 8 (a float32 number is 4 bytes, 32 bits).": 8 * right,
         "you counted numbers, not bytes: multiply each parameter's numel() by its element_size().":
             count(params) + count(trainable) * (1 + copies),
@@ -181,7 +193,7 @@ def _same(got: float, value: float) -> bool:
 
 
 def _check_state_bytes(training_state_bytes):
-    _require_function(training_state_bytes, "training_state_bytes")
+    require_function(training_state_bytes, "training_state_bytes")
     results = []
     for description, make_model, make_optimizer, copies, shape in _q1_cases():
         model, parts = _measured_state(make_model, make_optimizer, shape)
@@ -220,9 +232,8 @@ def _check_state_bytes(training_state_bytes):
 
 
 q1 = Exercise("ep05.q1", _check_state_bytes,
-              hint="Loop over model.parameters(): every parameter costs p.numel() * p.element_size() bytes; "
-                   "if p.requires_grad, it also has a gradient and `copies` optimizer-state tensors of the same "
-                   "size. Add it all up and return an int.",
+              hint="Go through the parameters one by one. What does each cost in bytes, in its own dtype? Which of "
+                   "them also get a gradient and optimizer state, and how many copies of each?",
               solution=solution_link(NOTEBOOK))
 
 
@@ -235,7 +246,7 @@ def _q2_case(budget_gib, fixed, per_sample, b1, b2):
 
 
 _Q2_CASES = [
-    ("the episode 3 MLP on a T4 (14.74 GiB)", _q2_case(14.74, 1_234_567_890, 4160.25, 512, 4096)),
+    ("a 77M-parameter MLP on a T4 (14.74 GiB)", _q2_case(14.74, 1_234_567_890, 4160.25, 512, 4096)),
     ("a CNN in 2 GiB, measurements given largest batch first", _q2_case(2, 300_000_000, 2_900_000.5, 128, 32)),
     ("a large model in 80 GiB", _q2_case(80, 20_000_000_000, 150_000.75, 64, 1024)),
     ("a budget of 1 GiB given as an int", _q2_case(1, 3_500_000, 1000.5, 1000, 3000)),
@@ -273,7 +284,7 @@ def _q2_alternatives(case):
 
 
 def _check_max_batch(max_batch):
-    _require_function(max_batch, "max_batch")
+    require_function(max_batch, "max_batch")
     results, raws = [], []
     for description, case in _Q2_CASES:
         what = f"max_batch{case} ({description})"
@@ -309,9 +320,8 @@ def _check_max_batch(max_batch):
 
 
 q2 = Exercise("ep05.q2", _check_max_batch,
-              hint="per_sample = (peak2 - peak1) / (b2 - b1); fixed = peak1 - per_sample * b1; "
-                   "budget = budget_gib * 2**30; then the largest whole batch with fixed + per_sample * batch "
-                   "<= budget, and 0 if that is negative.",
+              hint="Two points fix a line: its slope is the bytes per sample, and where it meets batch 0 is the fixed "
+                   "part. Compare the line with the budget in the same unit, and remember that a batch is whole.",
               solution=solution_link(NOTEBOOK))
 
 
@@ -345,12 +355,15 @@ class SimulatedGPU:
 
     MAX_CALLS = 400
 
-    def __init__(self, limit, fixed, per_sample, other_error_at=None):
+    def __init__(self, limit, fixed, per_sample, other_error_at=None, cleanups=None):
         self.limit, self.fixed, self.per_sample = limit, fixed, per_sample
         self.other_error_at = other_error_at
         self.calls: list[int] = []
         self.failures = 0
         self.retried_while_held: list[int] = []
+        self.retried_uncollected: list[int] = []
+        self.cleanups = cleanups              # {"collect": n, "empty_cache": n}: calls counted by the check
+        self._at_failure = None
         self._held = weakref.WeakSet()
 
     def largest(self) -> int:
@@ -374,11 +387,16 @@ class SimulatedGPU:
         held = self.held()
         if held:
             self.retried_while_held.append(batch)
+        if self._at_failure is not None and any(self.cleanups[k] == n for k, n in self._at_failure.items()):
+            self.retried_uncollected.append(batch)       # no gc.collect() or no empty_cache() since the failure
+        self._at_failure = None
         if self.other_error_at is not None and batch >= self.other_error_at:
             raise RuntimeError("CUDA error: an illegal memory access was encountered (a bug, not a lack of memory)")
         needed = self.fixed + self.per_sample * batch
         if needed + held > self.limit:
             self.failures += 1
+            if self.cleanups is not None:
+                self._at_failure = dict(self.cleanups)
             activations = _Held(min(needed, self.limit - held))   # kept alive by the traceback, as tensors are
             self._held.add(activations)
             raise torch.OutOfMemoryError(
@@ -433,19 +451,31 @@ def _run_search(largest_batch, sim, start, what):
 
 
 def _check_largest_batch(largest_batch):
-    _require_function(largest_batch, "largest_batch")
+    import torch
+
+    require_function(largest_batch, "largest_batch")
     # A full gc.collect() takes tens of milliseconds with PyTorch loaded, and a search calls it after every
     # trial; the simulated GPU frees by reference counting, so a young-generation collection does the same here.
-    with mock.patch.object(gc, "collect", lambda generation=2: _collect(0)):
-        return _search_cases(largest_batch)
+    # Both calls are counted, so that the simulated GPU can tell whether they ran between a failure and a retry.
+    cleanups = {"collect": 0, "empty_cache": 0}
+
+    def collect(generation=2):
+        cleanups["collect"] += 1
+        return _collect(0)
+
+    def empty_cache():
+        cleanups["empty_cache"] += 1
+
+    with mock.patch.object(gc, "collect", collect), mock.patch.object(torch.cuda, "empty_cache", empty_cache):
+        return _search_cases(largest_batch, cleanups)
 
 
-def _search_cases(largest_batch):
+def _search_cases(largest_batch, cleanups=None):
     import torch
 
     runs = []
     for description, limit, fixed, per_sample, start in _Q3_CASES:
-        sim = SimulatedGPU(limit, fixed, per_sample)
+        sim = SimulatedGPU(limit, fixed, per_sample, cleanups=cleanups)
         what = f"largest_batch(try_step, start={start}) on {description}"
         result = _run_search(largest_batch, sim, start, what)
         if sim.retried_while_held:
@@ -454,6 +484,15 @@ def _search_cases(largest_batch):
                         "and their tensors, alive — inside the except block, and for as long as you keep the "
                         "exception in a variable. Only note the failure in the except block (failed = True); "
                         "retry after it, once gc.collect() and torch.cuda.empty_cache() have run.")
+        if sim.retried_uncollected:
+            missing = [call for name, call in (("collect", "gc.collect()"), ("empty_cache", "torch.cuda.empty_cache()"))
+                       if cleanups is not None and cleanups[name] == 0]
+            which = f" ({' and '.join(missing)} never ran)" if missing else ""
+            raise Wrong(f"{what} tried batch {sim.retried_uncollected[0]} right after a failed step without "
+                        f"cleaning up{which}: after a failed step, run gc.collect() and torch.cuda.empty_cache() "
+                        "(outside the except block) before the next try. Objects in reference cycles are freed "
+                        "only by gc.collect(), and on a GPU empty_cache() returns the failed step's cached "
+                        "blocks, so that the next try starts from a clean state.")
         runs.append((what, sim, start, _whole_number(what, result)))
     if _constant([r[3] for r in runs], [r[1].largest() for r in runs]):
         raise Wrong(f"largest_batch returned {runs[0][3]} on every simulated GPU, whatever its memory: search by "
@@ -506,10 +545,10 @@ def _search_cases(largest_batch):
 
 
 q3 = Exercise("ep05.q3", _check_largest_batch,
-              hint="Write fits(batch): failed = False; try: try_step(batch) / except torch.OutOfMemoryError: "
-                   "failed = True; then, after the except block, gc.collect() and torch.cuda.empty_cache(); "
-                   "return not failed. If start fits, double until a size fails; otherwise halve until one fits "
-                   "(0 if batch 1 fails). Then bisect between the last good and the first bad size.",
+              hint="Split it in two. fits(try_step, batch) only notes a failure in the except block, and cleans up "
+                   "after it (episode 5, §3). The search first brackets the answer between a size that fits and "
+                   "one that fails, growing or shrinking fast, then narrows the bracket until nothing is left "
+                   "between them.",
               solution=solution_link(NOTEBOOK))
 
 
@@ -622,7 +661,7 @@ def _peak_of(fn):
 def _check_accumulation(accumulated_step):
     import torch
 
-    _require_function(accumulated_step, "accumulated_step")
+    require_function(accumulated_step, "accumulated_step")
     for description, make_model, loss_fn, X, y, micro in _q4_cases():
         what = f"accumulated_step on {description}"
         full_grads, full_loss = _reference_step(make_model, loss_fn, X, y)
@@ -709,9 +748,9 @@ def _check_accumulation(accumulated_step):
 
 
 q4 = Exercise("ep05.q4", _check_accumulation,
-              hint="optimizer.zero_grad(); total = 0.0; for xb, yb in zip(X.split(micro_batch), y.split(micro_batch)): "
-                   "loss = loss_fn(model(xb), yb) * len(xb) / len(X); loss.backward(); total += loss.item(). "
-                   "After the loop: optimizer.step(); return total.",
+              hint="Which mean do you want: the mean of the micro-batch means, or the mean over all rows? How often do "
+                   "you zero the gradients and step? And what, if you keep it, keeps a micro-batch's activations "
+                   "alive?",
               solution=solution_link(NOTEBOOK))
 
 
@@ -745,6 +784,10 @@ _Q5_CASES = [
         "batch 64": (2.5e9, 0.09, 64),
         "batch 512, checkpointing, autocast": (6.5e9, 0.38, 512),
     }, "batch 256, autocast"),
+    ("8 GiB: the smaller batch trains more samples per second than the larger one", 8 * GIB, {
+        "batch 512, checkpointing": (7.9e9, 1.30, 512),
+        "batch 128": (5.1e9, 0.20, 128),
+    }, "batch 128"),
 ]
 
 
@@ -767,6 +810,9 @@ _Q5_DIAGNOSES = [
      "an option whose peak equals the budget exactly still fits: use peak <= budget_bytes."),
     (lambda o, b: _q5_rule(o, b, key=lambda p, s, n: n),
      "you chose the largest batch per step that fits; choose the most samples per SECOND."),
+    (lambda o, b: _q5_rule(o, b, key=lambda p, s, n: (n, -s)),
+     "you kept the largest batch that fits and, among those, the fastest; a smaller batch can train more "
+     "samples per second: compare samples_per_step / seconds_per_step over every option that fits."),
     (lambda o, b: _q5_rule(o, b, key=lambda p, s, n: p),
      "you chose the option that uses the most memory; choose the most samples per second among those that fit."),
     (lambda o, b: _q5_rule(o, b, key=lambda p, s, n: n / s, best=min),
@@ -775,7 +821,7 @@ _Q5_DIAGNOSES = [
 
 
 def _check_choose(choose):
-    _require_function(choose, "choose")
+    require_function(choose, "choose")
     answers = []
     for description, budget, options, expected in _Q5_CASES:
         what = f"choose(options, {budget:,}) for {description}"
@@ -825,8 +871,8 @@ def _check_choose(choose):
 
 
 q5 = Exercise("ep05.q5", _check_choose,
-              hint="Keep the options whose peak_bytes <= budget_bytes; for those, samples per second is "
-                   "samples_per_step / seconds_per_step; return the name with the largest, or None if none fits.",
+              hint="Which options are allowed at all? Among those, compare how fast each one gets through samples, "
+                   "not steps. And what should come back when nothing is allowed?",
               solution=solution_link(NOTEBOOK))
 
 __all__ = ["q1", "q2", "q3", "q4", "q5", "SimulatedGPU"]
