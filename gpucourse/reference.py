@@ -81,7 +81,7 @@ def band(name: str, device_name: str | None) -> Band | None:
         model = device_name   # a figure that is the same on every GPU needs no datasheet
     for record in records():
         if gpu_model(record["hardware"].get("gpu_name"))[0] == model:
-            value = record.get("figures", {}).get(name, {}).get("value")
+            value = (gpu_figure(record, name) or {}).get("value")
             if isinstance(value, (int, float)) and math.isfinite(value):
                 return Band(0.85 * value, 1.15 * value, model, "measured",
                             f"make gpu-check on {record['hardware']['gpu_name']}, {record['date']}, ±15 %")
@@ -137,11 +137,25 @@ def records() -> list[dict]:
     return sorted(found, key=lambda r: r["date"], reverse=True)
 
 
+def gpu_figure(record: dict, name: str) -> dict | None:
+    """Figure ``name`` of ``record`` if it was measured on a GPU, else None.
+
+    A GPU machine's record can hold figures its notebooks measured on the CPU (episode 7
+    on a single-GPU machine runs CPU processes); those were recorded with ``device`` None
+    and are never a GPU reference.
+    """
+    figure = record.get("figures", {}).get(name)
+    if record["hardware"].get("gpu_name") and isinstance(figure, dict) and figure.get("device"):
+        return figure
+    return None
+
+
 def gpu_reference(name: str) -> tuple[dict, object] | None:
-    """(record, value) of the newest GPU record that has figure ``name``."""
+    """(record, value) of the newest GPU record that has figure ``name`` measured on a GPU."""
     for record in records():
-        if record["hardware"].get("gpu_name") and name in record.get("figures", {}):
-            return record, record["figures"][name]["value"]
+        figure = gpu_figure(record, name)
+        if figure is not None:
+            return record, figure["value"]
     return None
 
 

@@ -24,32 +24,44 @@ def assert_wrong(exercise, answers, words):
 
 # --- q1 -------------------------------------------------------------------------------------
 
-def scaled(per_replica, replicas, base_lr, base_batch):
-    global_batch = per_replica * replicas
-    return global_batch, base_lr * global_batch / base_batch
+def lr_at(step, warmup_steps, per_replica, replicas, base_lr, base_batch):
+    peak = base_lr * per_replica * replicas / base_batch
+    return base_lr + (peak - base_lr) * min(step, warmup_steps) / warmup_steps
+
+
+def _peak(p, r, lr, b):
+    return lr * p * r / b
+
+
+def _ramp(s, w, start, end):
+    return start + (end - start) * min(s, w) / w
 
 
 def test_q1_right_and_stub():
-    assert ep07.q1.outcome(scaled)[0] == "correct"
-    assert ep07.q1.outcome(lambda a, b, c, d: [a * b, c * (a * b) / d])[0] == "correct"
+    assert ep07.q1.outcome(lr_at)[0] == "correct"
+    # the same line written another way, and a numpy number
+    assert ep07.q1.outcome(lambda s, w, p, r, lr, b: np.float64(
+        _peak(p, r, lr, b) if s >= w else lr + s / w * (_peak(p, r, lr, b) - lr)))[0] == "correct"
     assert ep07.q1.outcome(____)[0] == "not-done"
-    assert ep07.q1.outcome(lambda a, b, c, d: (____, ____))[0] == "not-done"
-    assert ep07.q1.outcome(lambda a, b, c, d: ____)[0] == "not-done"
+    assert ep07.q1.outcome(lambda s, w, p, r, lr, b: ____)[0] == "not-done"
 
 
 Q1_WRONG = [
-    (lambda p, r, lr, b: (p, lr * p / b), ["one replica's batch"]),
-    (lambda p, r, lr, b: (p / r, lr), ["divided by the number of replicas"]),
-    (lambda p, r, lr, b: (p * r, lr), ["unchanged"]),
-    (lambda p, r, lr, b: (p * r, lr * r), ["base_lr × replicas"]),
-    (lambda p, r, lr, b: (p * r, lr * math.sqrt(p * r / b)), ["square-root"]),
-    (lambda p, r, lr, b: (p * r, lr * b / (p * r)), ["upside down"]),
-    (lambda p, r, lr, b: (p * r, lr * p / b), ["per-replica batch"]),
-    (lambda p, r, lr, b: (lr * p * r / b, p * r), ["swapped"]),
-    (lambda p, r, lr, b: (256, 0.4), ["expected"]),
-    (lambda p, r, lr, b: (str(p * r), lr * r * p / b), ["number", "quotes"]),
-    (lambda p, r, lr, b: p * r, ["two numbers"]),
-    (lambda p, r, lr, b: (p * r, lr * (p * r) // b), ["expected"]),
+    (lambda s, w, p, r, lr, b: _ramp(s, w, 0.0, _peak(p, r, lr, b)), ["starts at 0"]),
+    (lambda s, w, p, r, lr, b: _ramp(s, w, 0.0, lr), ["not to base_lr"]),
+    (lambda s, w, p, r, lr, b: lr, ["not to base_lr"]),
+    (lambda s, w, p, r, lr, b: _peak(p, r, lr, b), ["no warm-up"]),
+    (lambda s, w, p, r, lr, b: lr if s < w else _peak(p, r, lr, b), ["straight line", "not jump"]),
+    (lambda s, w, p, r, lr, b: lr + (_peak(p, r, lr, b) - lr) * s / w, ["kept rising"]),
+    (lambda s, w, p, r, lr, b: _ramp(s, w, lr, lr * r), ["base_lr × replicas"]),
+    (lambda s, w, p, r, lr, b: _ramp(s, w, lr, lr * math.sqrt(p * r / b)), ["square-root"]),
+    (lambda s, w, p, r, lr, b: _ramp(s, w, lr, lr * b / (p * r)), ["upside down"]),
+    (lambda s, w, p, r, lr, b: _ramp(s, w, lr, lr * p / b), ["one replica's batch"]),
+    (lambda s, w, p, r, lr, b: _ramp(s, w, lr, lr * p / r / b), ["divided by the number of replicas"]),
+    (lambda s, w, p, r, lr, b: _ramp(s, w - 1, lr, _peak(p, r, lr, b)) if w > 1 else lr, ["expected"]),
+    (lambda s, w, p, r, lr, b: 0.4, ["after the warm-up"]),
+    (lambda s, w, p, r, lr, b: str(lr), ["number", "quotes"]),
+    (lambda s, w, p, r, lr, b: (p * r, lr), ["number"]),
     (42, ["function itself"]),
 ]
 
@@ -114,7 +126,25 @@ def _padded(n, rank, world, epoch, seed=0):
     return list(sampler)
 
 
+def _fixed_blocks(n, rank, world, epoch, seed=0):      # each rank reshuffles only its own block
+    per = n // world
+    return np.random.default_rng([seed, epoch, rank]).permutation(np.arange(rank * per, (rank + 1) * per))
+
+
+def _fixed_drop(n, rank, world, epoch, seed=0):        # the same last n % world samples never trained on
+    keep = np.arange(n // world * world)
+    return np.random.default_rng([seed, epoch]).permutation(keep)[rank::world]
+
+
+def _seed_ignored(n, rank, world, epoch, seed=0):
+    order = np.random.default_rng(epoch).permutation(n)
+    return order[: n // world * world][rank::world]
+
+
 Q2_WRONG = [
+    (_fixed_blocks, ["same samples in every epoch"]),
+    (_fixed_drop, ["left out in every epoch"]),
+    (_seed_ignored, ["seed=1"]),
     (lambda n, r, w, e, seed=0: list(range(n))[r::w][: n // w], ["not shuffled"]),
     (lambda n, r, w, e, seed=0: list(range(r * (n // w), (r + 1) * (n // w))), ["not shuffled"]),
     (_own_seed, ["seen twice"]),
@@ -231,6 +261,16 @@ def _variant(steps_fn=None, divide=True, reduce_grad=True, loss_on_all=True, red
 
 def test_q4_right_and_stub():
     assert ep07.q4.outcome(train)[0] == "correct"
+
+    def natural(rank, world_size, batches, all_reduce, lr):   # no int(): the count stays a whole number
+        weight, losses = 0.0, []
+        steps = all_reduce(len(batches), op="min")
+        for step in range(steps):
+            grad = all_reduce(local_grad(weight, batches[step])) / world_size
+            losses.append(all_reduce(local_loss(weight, batches[step])) / world_size)
+            weight -= lr * grad
+        return weight, losses
+    assert ep07.q4.outcome(natural)[0] == "correct"
     assert ep07.q4.outcome(____)[0] == "not-done"
 
     def stub(rank, world_size, batches, all_reduce, lr):
@@ -239,10 +279,34 @@ def test_q4_right_and_stub():
     assert ep07.q4.outcome(stub)[0] == "not-done"
 
 
+def _joined(rank, world_size, batches, all_reduce, lr):   # join()-style: zeros from ranks out of data
+    weight, losses = 0.0, []
+    steps = int(all_reduce(len(batches), op="max"))
+    for step in range(steps):
+        have = step < len(batches)
+        g = local_grad(weight, batches[step]) if have else 0.0
+        l = local_loss(weight, batches[step]) if have else 0.0
+        grad = all_reduce(g) / world_size
+        losses.append(all_reduce(l) / world_size)
+        weight -= lr * grad
+    return weight, losses
+
+
+def _loss_after_step(rank, world_size, batches, all_reduce, lr):
+    weight, losses = 0.0, []
+    steps = int(all_reduce(len(batches), op="min"))
+    for batch in batches[:steps]:
+        weight -= lr * all_reduce(local_grad(weight, batch)) / world_size
+        losses.append(all_reduce(local_loss(weight, batch)) / world_size)
+    return weight, losses
+
+
 Q4_WRONG = [
     (buggy, ["deadlock"]),
     (_variant(steps_fn=lambda b, ar: len(b)), ["deadlock", "op='min'"]),
-    (_variant(op="max"), ["deadlock"]),
+    (_variant(op="max"), ["largest shard", "op='min'"]),
+    (_joined, ["largest shard", "op='min'"]),
+    (_loss_after_step, ["log the loss before the step"]),
     (_variant(loss_on_all=False), ["deadlock", "if rank == 0"]),
     (_variant(steps_fn=lambda b, ar: 4), ["deadlock"]),
     (_variant(steps_fn=lambda b, ar: int(ar(len(b), op="sum")) // 3), ["expected", "after"]),
@@ -259,6 +323,26 @@ def test_q4_wrong(fn, words):
     start = time.perf_counter()
     assert_wrong(ep07.q4, (fn,), words)
     assert time.perf_counter() - start < 15, "a deadlock must be reported within a bounded time"
+
+
+def test_q4_one_deadline_for_all_ranks(monkeypatch):
+    monkeypatch.setattr(ep07, "_COLLECTIVE_TIMEOUT", 0.1)
+
+    def spins(rank, world_size, batches, all_reduce, lr):   # never returns, never calls a collective
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            time.sleep(0.01)
+        return 0.0, []
+    start = time.perf_counter()
+    assert_wrong(ep07.q4, (spins,), ["did not return"])
+    assert time.perf_counter() - start < 3.5, "each rank got its own deadline, not one for all"
+
+
+def test_hints_point_the_way_without_the_answer():
+    for q in (ep07.q1, ep07.q2, ep07.q3, ep07.q4):
+        for answer in ("default_rng([seed, epoch])", "element_size()", "op='min'", "* global_batch / base_batch",
+                       "[rank::world_size]", "/ world_size"):
+            assert answer not in q._hint, (q.name, answer)
 
 
 def test_q4_broken_answer_is_reported_not_raised():

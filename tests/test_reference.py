@@ -22,7 +22,8 @@ def no_records(tmp_path, monkeypatch):
 def a_record(gpu_name="NVIDIA H100 80GB HBM3", **figures):
     return {"schema": 1, "date": "2026-11-20", "device": "test", "hardware": {"gpu_name": gpu_name, "cpu_model": "x"},
             "software": {}, "notebooks": [{"notebook": "episodes/01.ipynb", "outcome": "ok", "seconds": 1.0}],
-            "figures": {k: {"value": v, "unit": "TFLOP/s", "notebook": "episodes/01.ipynb"} for k, v in figures.items()}}
+            "figures": {k: {"value": v, "unit": "TFLOP/s", "device": gpu_name, "notebook": "episodes/01.ipynb"}
+                        for k, v in figures.items()}}
 
 
 @pytest.mark.parametrize("name, model", [
@@ -68,6 +69,23 @@ def test_without_a_gpu_the_reference_is_shown_or_its_absence_said(no_records, ca
     assert "51.2 TFLOP/s on NVIDIA H100 80GB HBM3, measured 2026-11-20" in out
     reference.key_figure("ep04.epoch_seconds_cpu", 30.0, unit="s", compare=False)
     assert "reference" not in capsys.readouterr().out
+
+
+def test_a_cpu_figure_in_a_gpu_record_is_never_a_gpu_reference(no_records, capsys):
+    """A GPU machine's record may hold a figure its notebook measured on CPU processes (device None)."""
+    record = a_record(gpu_name="Tesla T4", **{"ep07.ddp_speedup": 0.2, "ep01.matmul_fp16_tflops": 20.0})
+    record["figures"]["ep07.ddp_speedup"]["device"] = None
+    record["figures"]["ep01.matmul_fp16_tflops"].pop("device")
+    (no_records / "t4.json").write_text(json.dumps(record))
+    assert reference.gpu_reference("ep07.ddp_speedup") is None
+    assert reference.gpu_reference("ep01.matmul_fp16_tflops") is None      # no device recorded: not a GPU figure
+    reference.show("ep07.ddp_speedup", unit="×")
+    out = capsys.readouterr().out
+    assert "none measured yet" in out and "Tesla T4" not in out
+    assert reference.band("ep01.matmul_fp16_tflops", "Tesla T4").kind == "derived"   # not a measured band
+    record["figures"]["ep07.ddp_speedup"]["device"] = "Tesla T4"
+    (no_records / "t4.json").write_text(json.dumps(record))
+    assert reference.gpu_reference("ep07.ddp_speedup")[1] == 0.2
 
 
 def test_with_a_gpu_the_band_verdict_is_printed(no_records, capsys):
@@ -150,7 +168,7 @@ def test_a_cpu_run_of_episode_1_shows_the_recorded_gpu_reference(no_records, mon
     record = a_record(**{"ep01.matmul_fp32_tflops": 48.5, "ep01.crossover_n": 512, "ep01.h2d_gbs": 22.1})
     record["figures"]["ep01.matmul_sweep"] = {
         "value": {"n": [64, 256], "tflops": {"cuda float32": [0.5, 20.0], "cuda float16": [0.7, 90.0]}},
-        "unit": "", "notebook": "episodes/01-what-is-a-gpu.ipynb"}
+        "unit": "", "device": "NVIDIA H100 80GB HBM3", "notebook": "episodes/01-what-is-a-gpu.ipynb"}
     (no_records / "h100.json").write_text(json.dumps(record))
     monkeypatch.setenv("GPUCOURSE_QUICK", "1")
     monkeypatch.setenv("GPUCOURSE_OFFLINE", "1")

@@ -1,6 +1,6 @@
 """Checks for episode 7, "More than one GPU".
 
-``q1`` global batch and scaled learning rate · ``q2`` shard a data set by rank · ``q3`` ring
+``q1`` the scaled learning rate with warm-up · ``q2`` shard a data set by rank · ``q3`` ring
 all-reduce time per step · ``q4`` fix a training loop that deadlocks on uneven shards.
 
 Every check calls the learner's function on fixtures of its own, several of them, and
@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import numbers
 import threading
+import time
 
 import numpy as np
 
@@ -30,57 +31,99 @@ def _require_function(fn, name: str) -> None:
         raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {type(fn).__name__} {fn!r:.80}.")
 
 
-# --- q1: global batch and learning rate ---------------------------------------------------
+# --- q1: global batch, learning rate and warm-up ----------------------------------------------
 
-_Q1_CASES = [(64, 8, 0.1, 256), (32, 2, 0.05, 32), (128, 4, 0.2, 64), (100, 3, 0.01, 100), (16, 1, 0.1, 256)]
+# (per_replica, replicas, base_lr, base_batch, warmup_steps)
+_Q1_CASES = [(64, 8, 0.1, 256, 100), (32, 2, 0.05, 32, 10), (128, 4, 0.2, 64, 40), (100, 3, 0.01, 100, 6),
+             (256, 1, 0.1, 256, 8)]
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
 
 
 def _check_scaling(fn):
-    _require_function(fn, "scaled")
-    for per_replica, replicas, base_lr, base_batch in _Q1_CASES:
-        what = f"scaled({per_replica}, {replicas}, {base_lr}, {base_batch})"
-        result = _call(fn, per_replica, replicas, base_lr, base_batch, what=what)
-        if not isinstance(result, (tuple, list)) or len(result) != 2:
-            raise Wrong(f"{what} should return two numbers, (global_batch, lr); got {result!r:.80}.")
-        batch = as_number("global_batch", result[0])
-        lr = as_number("lr", result[1])
-        want_batch = per_replica * replicas
-        want_lr = base_lr * want_batch / base_batch
-        if math.isclose(batch, want_lr, rel_tol=1e-6) and math.isclose(lr, want_batch, rel_tol=1e-6) \
-                and want_batch != want_lr:
-            raise Wrong(f"{what}: the two numbers are swapped; return (global_batch, lr) in that order.")
-        if batch != want_batch:
-            if batch == per_replica:
-                raise Wrong(f"{what}: global batch {batch:g} is one replica's batch. Every replica takes "
-                            f"{per_replica} samples per step, so one step uses {per_replica} × {replicas}.")
-            if math.isclose(batch, per_replica / replicas):
-                raise Wrong(f"{what}: global batch {batch:g}: you divided by the number of replicas; "
-                            "the per-replica batch is already a share, the global batch is their total.")
-            raise Wrong(f"{what}: global batch {batch:g}, expected per-replica batch × replicas.")
-        if math.isclose(lr, want_lr, rel_tol=1e-6):
-            continue
-        if math.isclose(lr, base_lr, rel_tol=1e-6):
-            raise Wrong(f"{what}: lr {lr:g} is the base learning rate unchanged. The linear scaling rule "
-                        "scales it with the batch: base_lr × global_batch / base_batch.")
-        if math.isclose(lr, base_lr * replicas, rel_tol=1e-6):
-            raise Wrong(f"{what}: lr {lr:g} = base_lr × replicas, which is right only when the per-replica "
-                        "batch equals base_batch. Scale by global_batch / base_batch.")
-        if math.isclose(lr, base_lr * math.sqrt(want_batch / base_batch), rel_tol=1e-6):
-            raise Wrong(f"{what}: lr {lr:g} uses square-root scaling (a rule some use with Adam); this "
-                        "exercise asks for the linear scaling rule of Goyal et al. for SGD.")
-        if math.isclose(lr, base_lr * base_batch / want_batch, rel_tol=1e-6):
-            raise Wrong(f"{what}: lr {lr:g}: the ratio is upside down. A larger batch gets a larger "
-                        "learning rate: base_lr × global_batch / base_batch.")
-        if math.isclose(lr, base_lr * per_replica / base_batch, rel_tol=1e-6):
-            raise Wrong(f"{what}: lr {lr:g} scales with the per-replica batch; scale with the global batch.")
-        raise Wrong(f"{what}: lr {lr:.4g}, expected base_lr × global_batch / base_batch = {want_lr:.4g}.")
-    return ("global batch = per-replica batch × replicas, and the linear scaling rule keeps the "
-            "update per sample the same. Large jumps need a warm-up (Goyal et al. 2017).")
+    _require_function(fn, "lr_at")
+    for per_replica, replicas, base_lr, base_batch, warmup in _Q1_CASES:
+        recipe = f"{replicas} replica(s) × {per_replica} samples, base_lr {base_lr:g} for batch {base_batch}"
+        peak = base_lr * per_replica * replicas / base_batch
+
+        def want(step):
+            return base_lr + (peak - base_lr) * min(step, warmup) / warmup
+
+        def got(step):
+            what = f"lr_at({step}, {warmup}, {per_replica}, {replicas}, {base_lr}, {base_batch})"
+            return what, as_number(what, _call(fn, step, warmup, per_replica, replicas, base_lr, base_batch,
+                                                what=what))
+
+        what, lr = got(2 * warmup)                      # after the warm-up: the scaled rate
+        if not _close(lr, peak):
+            _diagnose_peak(what, lr, peak, per_replica, replicas, base_lr, base_batch)
+        what, lr = got(0)
+        if not _close(lr, base_lr):
+            if _close(lr, 0.0):
+                raise Wrong(f"{what} is 0: your warm-up starts at 0. Goyal et al.'s starts at base_lr, the "
+                            "rate known to work for one GPU, and rises from there to the scaled rate (§2.2).")
+            if _close(lr, peak):
+                raise Wrong(f"{what} is {lr:g}, already the scaled rate: there is no warm-up. At step 0 the "
+                            "rate is base_lr; it reaches the scaled rate at warmup_steps.")
+            raise Wrong(f"{what} is {lr:.4g}; at step 0 the rate should be base_lr = {base_lr:g}.")
+        what, lr = got(warmup)
+        if not _close(lr, peak):
+            raise Wrong(f"{what} is {lr:.4g}; at the end of the warm-up the rate should have reached the "
+                        f"scaled rate, {peak:.4g}.")
+        for step in (warmup // 2, warmup // 2 + 1):
+            what, lr = got(step)
+            if _close(lr, want(step)):
+                continue
+            if _close(lr, base_lr) and peak != base_lr:
+                raise Wrong(f"{what} is still base_lr {base_lr:g} halfway through the warm-up: the rate "
+                            "should rise in a straight line from base_lr to the scaled rate, step by step, "
+                            "not jump at the end.")
+            if _close(lr, peak * min(step, warmup) / warmup):
+                raise Wrong(f"{what} is {lr:.4g}: a ramp from 0. The warm-up ramps from base_lr, not from 0.")
+            raise Wrong(f"{what} is {lr:.4g}, expected {want(step):.4g}: a straight line from base_lr at "
+                        f"step 0 to the scaled rate at step {warmup}.")
+        what, lr = got(warmup + 1)
+        if not _close(lr, peak):
+            raise Wrong(f"{what} is {lr:.4g}: after the warm-up the rate stays at the scaled rate "
+                        f"{peak:.4g}.")
+    return ("global batch = per-replica batch × replicas; the linear scaling rule keeps the update per "
+            "sample the same, and the warm-up lets the model settle before the rate is that large "
+            "(Goyal et al. 2017, §2.2).")
+
+
+def _diagnose_peak(what, lr, peak, per_replica, replicas, base_lr, base_batch):
+    """Name the mistake behind a wrong learning rate after the warm-up."""
+    global_batch = per_replica * replicas
+    if _close(lr, base_lr):
+        raise Wrong(f"{what} is {lr:g}, the base learning rate: after the warm-up the rate should have "
+                    "ramped to the scaled rate, base_lr × global_batch / base_batch, not to base_lr.")
+    if _close(lr, base_lr * replicas):
+        raise Wrong(f"{what} is {lr:g} = base_lr × replicas, which is right only when the per-replica batch "
+                    "equals base_batch. Scale by global_batch / base_batch.")
+    if _close(lr, base_lr * math.sqrt(global_batch / base_batch)):
+        raise Wrong(f"{what} is {lr:g}: square-root scaling (a rule some use with Adam); this exercise asks "
+                    "for the linear scaling rule of Goyal et al. for SGD.")
+    if _close(lr, base_lr * base_batch / global_batch):
+        raise Wrong(f"{what} is {lr:g}: the ratio is upside down. A larger batch gets a larger learning "
+                    "rate: base_lr × global_batch / base_batch.")
+    if _close(lr, base_lr * per_replica / base_batch):
+        raise Wrong(f"{what} is {lr:g}: it scales with one replica's batch. One optimiser step uses "
+                    f"{per_replica} × {replicas} samples: scale with the global batch.")
+    if _close(lr, base_lr * per_replica / replicas / base_batch):
+        raise Wrong(f"{what} is {lr:g}: you divided by the number of replicas; the per-replica batch is "
+                    "already a share, the global batch is their total.")
+    if lr > peak * (1 + 1e-6) and _close(lr, base_lr + (peak - base_lr) * 2):
+        raise Wrong(f"{what} is {lr:.4g}: the rate kept rising after the warm-up. After warmup_steps it "
+                    "stays at the scaled rate.")
+    raise Wrong(f"{what} is {lr:.4g}; after the warm-up it should be base_lr × global_batch / base_batch = "
+                f"{peak:.4g}.")
 
 
 q1 = Exercise("ep07.q1", _check_scaling,
-              hint="global_batch = per_replica * replicas; lr = base_lr * global_batch / base_batch; "
-                   "return global_batch, lr.",
+              hint="How many samples does one optimiser step use across all replicas? The learning rate grows by "
+                   "that number ÷ base_batch. The warm-up is a straight line between two rates you know.",
               solution=solution_link(NOTEBOOK))
 
 
@@ -141,13 +184,31 @@ def _check_shard(fn):
             if orders[0] == orders[1]:
                 raise Wrong(f"{n} samples, {world} ranks: epochs 0 and 1 give the same shards. Shuffle with "
                             "the epoch in the seed, as DistributedSampler.set_epoch does.")
+        if n >= 100 and world > 1:
+            per_rank = [[set(s) for s in ep] for ep in orders]
+            if all(per_rank[0][r] == per_rank[1][r] for r in range(world)):
+                raise Wrong(f"{n} samples, {world} ranks: each rank trains on the same samples in every epoch, "
+                            "only reordered. Shuffle ALL samples with one permutation per epoch and deal it "
+                            "out, so that samples move between ranks.")
+        if n % world and n >= 50:             # (97, 5): a chance repeat is about 1 in 4,600
+            dropped = [set(range(n)) - {i for s in ep for i in s} for ep in orders]
+            if dropped[0] == dropped[1]:
+                raise Wrong(f"{n} samples, {world} ranks: the same samples {sorted(dropped[0])} are left out in "
+                            "every epoch, so they are never trained on. Drop the tail of the shuffled order, "
+                            "not of range(n).")
+        if n >= 8 and world < n:
+            other_seed = [_indices(_call(fn, n, r, world, 0, 1, what=f"shard({n}, {r}, {world}, 0, seed=1)"),
+                                   f"shard({n}, {r}, {world}, 0, seed=1)", n) for r in range(world)]
+            if other_seed == orders[0]:
+                raise Wrong(f"{n} samples, {world} ranks: seed=1 gives the same shards as seed=0. Seed the "
+                            "shuffle with both the seed and the epoch.")
     return ("every rank draws the same permutation from (seed, epoch) and takes its own slice: "
             "no sample twice, equal shard sizes, a new order each epoch. That is DistributedSampler.")
 
 
 q2 = Exercise("ep07.q2", _check_shard,
-              hint="order = np.random.default_rng([seed, epoch]).permutation(n_samples); per_rank = n_samples // "
-                   "world_size; return order[:per_rank * world_size][rank::world_size].",
+              hint="Every rank must build the same permutation without talking to the others: what do all "
+                   "ranks know? Then each takes its own share of it, the same size for all.",
               solution=solution_link(NOTEBOOK))
 
 
@@ -208,13 +269,13 @@ def _check_allreduce(fn):
                 raise Wrong(f"{what} is {got:.4g}: that counts {mistake}.")
         raise Wrong(f"{what} is {got:.4g} s, expected {want:.4g} s = 2 (N - 1)/N × {grads} gradient bytes / "
                     f"({bw:g} × 10^9 B/s).")
-    return ("each step moves 2 (N - 1)/N × the gradient bytes through every rank's link; NCCL overlaps "
-            "much of it with the backward pass, bucket by bucket, as DDP does.")
+    return ("each step moves 2 (N - 1)/N × the gradient bytes through every rank's link; DDP hides part "
+            "of it behind the backward pass by all-reducing bucket by bucket.")
 
 
 q3 = Exercise("ep07.q3", _check_allreduce,
-              hint="grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad); "
-                   "return 2 * (world_size - 1) / world_size * grad_bytes / (bandwidth_gb_s * 1e9).",
+              hint="Which parameters get gradients, and how many bytes is each number? Then: how many times "
+                   "the gradient bytes does each rank send in a ring all-reduce?",
               solution=solution_link(NOTEBOOK))
 
 
@@ -237,38 +298,48 @@ class _World:
         self.calls = [0] * size
         self.lock = threading.Lock()
         self.mismatch = None
+        self.first_op = None
 
     def all_reduce_for(self, rank: int):
         def all_reduce(value, op="sum"):
             if op not in ("sum", "min", "max"):
                 raise ValueError(f"all_reduce: op must be 'sum', 'min' or 'max', got {op!r}")
+            integral = isinstance(value, numbers.Integral) and not isinstance(value, bool)
             value = float(value)
             with self.lock:
                 k = self.calls[rank]
                 self.calls[rank] += 1
-                self.slots.setdefault(k, {})[rank] = (op, value)
+                self.slots.setdefault(k, {})[rank] = (op, value, integral)
             try:
                 self.barrier.wait(timeout=_COLLECTIVE_TIMEOUT)
             except threading.BrokenBarrierError:
                 raise _Deadlock() from None
             entries = self.slots[k]
-            ops = {o for o, _ in entries.values()}
+            ops = {o for o, _, _ in entries.values()}
             if len(ops) > 1 and self.mismatch is None:
-                self.mismatch = (k, {r: o for r, (o, _) in sorted(entries.items())})
-            values = [v for _, v in entries.values()]
-            return {"sum": sum, "min": min, "max": max}[op](values)
+                self.mismatch = (k, {r: o for r, (o, _, _) in sorted(entries.items())})
+            if k == 0 and len(ops) == 1:
+                self.first_op = op
+            values = [v for _, v, _ in entries.values()]
+            result = {"sum": sum, "min": min, "max": max}[op](values)
+            # like an all_reduce of an integer tensor: whole numbers in, a whole number out
+            return int(result) if all(i for _, _, i in entries.values()) else result
         return all_reduce
 
 
-def _reference(batches_per_rank, lr, divide=True):
+def _reference(batches_per_rank, lr, divide=True, loss_after_step=False):
     world = len(batches_per_rank)
     steps = min(len(b) for b in batches_per_rank)
     weight, losses = 0.0, []
+
+    def mean_loss(w, s):
+        return sum(float(np.mean((w - np.asarray(b[s])) ** 2) / 2) for b in batches_per_rank) / world
+
     for s in range(steps):
         grads = [weight - float(np.mean(b[s])) for b in batches_per_rank]
-        loss = [float(np.mean((weight - np.asarray(b[s])) ** 2) / 2) for b in batches_per_rank]
-        losses.append(sum(loss) / world)
+        before = mean_loss(weight, s)
         weight -= lr * sum(grads) / (world if divide else 1)
+        losses.append(mean_loss(weight, s) if loss_after_step else before)
     return weight, losses
 
 
@@ -304,11 +375,16 @@ def _check_train(fn):
         threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world)]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + _COLLECTIVE_TIMEOUT * 20     # one deadline for all ranks together
         for t in threads:
-            t.join(timeout=_COLLECTIVE_TIMEOUT * 20)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         if any(t.is_alive() for t in threads):
             sim.barrier.abort()
             raise Wrong(f"{case}: train() did not return within {_COLLECTIVE_TIMEOUT * 20:g} s.")
+        if sim.first_op == "max" and len(set(counts)) > 1:
+            raise Wrong(f"{case}: your first collective takes the largest shard's step count (op='max'); this "
+                        "exercise asks for the smallest (op='min'), so that no rank runs out of data. (DDP's "
+                        "join() handles the other way, with zero contributions from ranks that ran out.)")
         other = [(r, e) for r, e in enumerate(errors) if e is not None and not isinstance(e, _Deadlock)]
         if other:
             rank, exc = other[0]
@@ -351,15 +427,21 @@ def _check_train(fn):
             if len(got) != len(want_losses):
                 raise Wrong(f"{case}: rank {rank} returned {len(got)} losses for {len(want_losses)} steps.")
             if not np.allclose(got, want_losses, rtol=1e-6, atol=1e-12):
+                after = _reference(batches_per_rank, lr, loss_after_step=True)[1]
+                if np.allclose(got, after, rtol=1e-6, atol=1e-12):
+                    raise Wrong(f"{case}: rank {rank}'s losses are the mean over the ranks, but at the weight "
+                                "after each step: log the loss before the step, at the weight the gradient "
+                                "was computed with.")
                 raise Wrong(f"{case}: rank {rank}'s losses {np.round(got, 4).tolist()} are not the mean over "
                             f"all ranks {np.round(want_losses, 4).tolist()}: all_reduce the local loss on "
                             "every rank and divide by world_size.")
     return ("every rank takes the same number of steps and calls every collective, in the same order: "
-            "no deadlock, identical weights. DistributedSampler(drop_last=True) and DDP's join() context "
-            "manager do this for real jobs.")
+            "no deadlock, identical weights. For a map-style dataset DistributedSampler makes the shards "
+            "equal (it pads or drops); for streaming data, agree on the step count like this or use DDP's "
+            "join() context manager.")
 
 
 q4 = Exercise("ep07.q4", _check_train,
-              hint="steps = int(all_reduce(len(batches), op='min')); then for batch in batches[:steps], on EVERY "
-                   "rank: grad = all_reduce(local_grad(weight, batch)) / world_size, loss likewise, and step.",
+              hint="Which collective makes all ranks agree on a number? Which all_reduce does only rank 0 call? "
+                   "And when is the loss to log computed: before or after the step?",
               solution=solution_link(NOTEBOOK))

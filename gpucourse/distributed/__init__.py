@@ -9,8 +9,10 @@ and the notebook launches them the way one would on a cluster: with ``torchrun``
 
 ``launch`` runs such a command with a deadline, captures its output and prints it when the
 run is over, and kills the whole process group (launcher and workers) if it fails or runs
-out of time. ``free_port`` asks the operating system for a TCP port nobody is using, so
-that runs in parallel (two test workers, two learners on one machine) never collide.
+out of time. ``free_port`` and ``free_ports`` ask the operating system for TCP ports nobody
+is using, so that runs in parallel (two test workers, two learners on one machine) do not
+collide; if a port is taken in the seconds between that choice and a worker's bind, the run
+fails with "Address already in use" and ``launch_many`` tries it once more.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
-__all__ = ["Run", "free_port", "launch", "launch_many", "torchrun"]
+__all__ = ["Run", "free_port", "free_ports", "kill_group", "launch", "launch_many", "run_with_deadline",
+           "torchrun"]
 
 
 @dataclass
@@ -51,6 +55,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports on 127.0.0.1, all free right now.
+
+    Each socket stays bound until all ``n`` are chosen, so the OS cannot hand out one port twice.
+    """
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+PORT_CLASH = "Address already in use"
+
+
 def _env(extra: dict | None) -> dict:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")          # one thread per worker: workers share the cores
@@ -60,7 +84,7 @@ def _env(extra: dict | None) -> dict:
     return env
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     """Kill the process group of ``proc`` (it was started in a session of its own)."""
     if proc.poll() is None:
         try:
@@ -75,7 +99,7 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def launch_many(commands: list, timeout: float, env: dict | list | None = None, show: bool = True,
-                labels: list | None = None) -> list:
+                labels: list | None = None, retry: bool | object = True) -> list:
     """Start several commands at once (e.g. two "nodes"), wait for all, with one deadline.
 
     Every command runs in a process group of its own; at the deadline, or if the caller is
@@ -93,23 +117,51 @@ def launch_many(commands: list, timeout: float, env: dict | list | None = None, 
         Print each command's output after the run.
     labels : list of str, optional
         Printed above each command's output.
+    retry : bool or callable
+        If a command fails with "Address already in use" (another program took a port
+        between its choice and the bind), run all of them once more, within the same
+        deadline. A callable is called first and returns ``(commands, env)`` for that second
+        try, e.g. with new ports; True reruns the same commands (right for ``--standalone``
+        torchrun, which picks its own port).
 
     Returns
     -------
     list of Run
     """
-    envs = env if isinstance(env, list) else [env] * len(commands)
-    labels = labels or [" ".join(map(str, c[:1] + c[-3:])) for c in commands]
     start = time.perf_counter()
-    procs, files = [], []
+    runs = run_with_deadline(commands, env, start + timeout)
+    if retry and any(not r.ok and not r.timed_out and PORT_CLASH in r.output for r in runs) \
+            and time.perf_counter() - start < timeout - 5:
+        if show:
+            print(f"({PORT_CLASH}: a port was taken by another program; trying once more)")
+        if callable(retry):
+            commands, env = retry()
+        runs = run_with_deadline(commands, env, start + timeout)
+    labels = labels or [" ".join(map(str, c[:1] + c[-3:])) for c in commands]
+    for run, label in zip(runs, labels):
+        run.seconds = time.perf_counter() - start
+        if show:
+            if len(commands) > 1:
+                print(f"──── {label} ────")
+            print(run.output.rstrip())
+            if run.timed_out:
+                print(f"✗ killed after the {timeout:g} s deadline (all its processes were stopped).")
+            elif not run.ok:
+                print(f"✗ exited with code {run.returncode}.")
+    return runs
+
+
+def run_with_deadline(commands: list, env, deadline: float) -> list:
+    """Start every command in a session of its own, wait until ``deadline``, kill what is left."""
+    envs = env if isinstance(env, list) else [env] * len(commands)
+    start = time.perf_counter()
+    procs, files, codes = [], [], []
     try:
         for command, extra in zip(commands, envs):
-            out = _tempfile()
+            out = tempfile.TemporaryFile()          # the output, read back after the run
             files.append(out)
             procs.append(subprocess.Popen([str(c) for c in command], stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=_env(extra), start_new_session=True))
-        deadline = start + timeout
-        codes = []
         for proc in procs:
             try:
                 codes.append(proc.wait(timeout=max(0.0, deadline - time.perf_counter())))
@@ -117,34 +169,20 @@ def launch_many(commands: list, timeout: float, env: dict | list | None = None, 
                 codes.append(None)
     finally:
         for proc in procs:
-            _kill(proc)
+            kill_group(proc)              # always: at the deadline, on an error, on an interrupt
     seconds = time.perf_counter() - start
     runs = []
-    for command, proc, code, out, label in zip(commands, procs, codes, files, labels):
+    for command, code, out in zip(commands, codes, files):
         out.seek(0)
         text = out.read().decode(errors="replace")
         out.close()
         runs.append(Run([str(c) for c in command], code, text, seconds))
-        if show:
-            if len(commands) > 1:
-                print(f"──── {label} ────")
-            print(text.rstrip())
-            if code is None:
-                print(f"✗ killed after the {timeout:g} s deadline (all its processes were stopped).")
-            elif code != 0:
-                print(f"✗ exited with code {code}.")
     return runs
 
 
-def launch(command: list, timeout: float, env: dict | None = None, show: bool = True) -> Run:
+def launch(command: list, timeout: float, env: dict | None = None, show: bool = True, retry=True) -> Run:
     """Run one command with a deadline; see ``launch_many``."""
-    return launch_many([command], timeout, env=env, show=show)[0]
-
-
-def _tempfile():
-    import tempfile
-
-    return tempfile.TemporaryFile()
+    return launch_many([command], timeout, env=env, show=show, retry=retry)[0]
 
 
 def torchrun(*args) -> list:

@@ -75,7 +75,9 @@ def main(argv=None) -> None:
     else:
         device = torch.device("cpu")
         backend = "gloo"                 # collectives over TCP between CPU processes
-    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))
+    # With CUDA, bind the NCCL communicator to this process's GPU at once (torch >= 2.3).
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout),
+                            device_id=device if device.type == "cuda" else None)
     try:
         train(args, rank, world_size, device)
     finally:
@@ -129,15 +131,23 @@ def train(args, rank: int, world_size: int, device: torch.device) -> None:
 
 
 def bench(args, rank, world_size, device, ddp, optimizer, loss_fn, per_rank, data) -> None:
-    """Seconds per step with gradient all-reduce, and under ddp.no_sync() (no communication)."""
-    xb, yb = data.tensors[0][:per_rank].to(device), data.tensors[1][:per_rank].to(device)
+    """Median seconds per step, three ways, written to bench.json by rank 0.
 
-    def step():
+    * ``step_s``: this process's share of the global batch (strong scaling: the global batch
+      stays the same whatever the number of processes), with the gradient all-reduce;
+    * ``no_sync_step_s``: the same step under ``ddp.no_sync()``, which skips the all-reduce;
+    * ``weak_step_s``: a full global batch in every process (weak scaling: N processes take
+      N times the samples per step), with the all-reduce.
+    """
+    xb, yb = data.tensors[0][:per_rank].to(device), data.tensors[1][:per_rank].to(device)
+    xw, yw = data.tensors[0][:args.global_batch].to(device), data.tensors[1][:args.global_batch].to(device)
+
+    def step(x, y):
         optimizer.zero_grad(set_to_none=True)
-        loss_fn(ddp(xb).squeeze(1), yb).backward()
+        loss_fn(ddp(x).squeeze(1), y).backward()
         optimizer.step()
 
-    def timed(no_sync: bool) -> float:
+    def timed(no_sync: bool, x=xb, y=yb) -> float:
         times = []
         for i in range(args.bench_steps + 2):
             dist.barrier()
@@ -146,21 +156,22 @@ def bench(args, rank, world_size, device, ddp, optimizer, loss_fn, per_rank, dat
             start = time.perf_counter()
             if no_sync:
                 with ddp.no_sync():
-                    step()
+                    step(x, y)
             else:
-                step()
+                step(x, y)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             if i >= 2:                    # two warm-up steps
                 times.append(time.perf_counter() - start)
         return sorted(times)[len(times) // 2]
 
-    with_sync, without = timed(False), timed(True)
+    with_sync, without, weak = timed(False), timed(True), timed(False, xw, yw)
     if rank == 0:
-        result = {"world_size": world_size, "step_s": with_sync, "no_sync_step_s": without,
-                  "per_rank_batch": per_rank, "device": str(device)}
+        result = {"world_size": world_size, "step_s": with_sync, "no_sync_step_s": without, "weak_step_s": weak,
+                  "per_rank_batch": per_rank, "global_batch": args.global_batch, "device": str(device)}
         (args.out / "bench.json").write_text(json.dumps(result))
-        print(f"[rank 0] median step {with_sync * 1e3:.2f} ms; without all-reduce {without * 1e3:.2f} ms", flush=True)
+        print(f"[rank 0] median step {with_sync * 1e3:.2f} ms; without all-reduce {without * 1e3:.2f} ms; "
+              f"with {args.global_batch} samples per process {weak * 1e3:.2f} ms", flush=True)
 
 
 if __name__ == "__main__":

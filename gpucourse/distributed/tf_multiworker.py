@@ -9,8 +9,9 @@ own task index, e.g. for two workers on one machine:
 
 Every worker builds the same Keras model inside ``strategy.scope()``; the strategy keeps the
 copies in sync by all-reducing the gradients. Training is a custom loop with
-``strategy.run``: Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy
-("ValueError: ... PerReplica ... to a Tensor", keras-team/keras#20585).
+``strategy.run``: Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy, as of
+Keras 3.15 ("ValueError: ... PerReplica ... to a Tensor", keras-team/keras#20585;
+tests/test_distributed.py runs that failure).
 """
 
 from __future__ import annotations
