@@ -7,19 +7,13 @@ import time
 
 import numpy as np
 import pytest
-import torch
 from torch.utils.data import DistributedSampler
 
 from gpucourse.checks import ep07
 from gpucourse.exercises import ____
 
+from checking import assert_wrong
 
-def assert_wrong(exercise, answers, words):
-    result, message = exercise.outcome(*answers)
-    assert result == "wrong", (result, message)
-    missing = [w for w in words if w.lower() not in message.lower()]
-    assert not missing, f"message lacks {missing}: {message}"
-    assert "Traceback" not in message
 
 
 # --- q1 -------------------------------------------------------------------------------------

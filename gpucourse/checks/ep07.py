@@ -18,17 +18,11 @@ import time
 
 import numpy as np
 
-from ..exercises import Exercise, NotDone, Wrong, as_number, is_blank, require_answer, solution_link
+from ..exercises import Exercise, NotDone, Wrong, as_number, require_answer, require_function, solution_link
 from ..exercises import call_answer as _call
 
 NOTEBOOK = "07-more-than-one-gpu.ipynb"
 
-
-def _require_function(fn, name: str) -> None:
-    if not callable(fn) or is_blank(fn):
-        if is_blank(fn):
-            raise NotDone(f"define {name} and pass it to check().")
-        raise Wrong(f"pass the function itself, {name} (no brackets, no arguments); got {type(fn).__name__} {fn!r:.80}.")
 
 
 # --- q1: global batch, learning rate and warm-up ----------------------------------------------
@@ -43,9 +37,8 @@ def _close(a: float, b: float) -> bool:
 
 
 def _check_scaling(fn):
-    _require_function(fn, "lr_at")
+    require_function(fn, "lr_at")
     for per_replica, replicas, base_lr, base_batch, warmup in _Q1_CASES:
-        recipe = f"{replicas} replica(s) × {per_replica} samples, base_lr {base_lr:g} for batch {base_batch}"
         peak = base_lr * per_replica * replicas / base_batch
 
         def want(step):
@@ -148,7 +141,7 @@ def _indices(result, what: str, n: int) -> list:
 
 
 def _check_shard(fn):
-    _require_function(fn, "shard")
+    require_function(fn, "shard")
     for n, world in _Q2_CASES:
         orders = []
         for epoch in (0, 1):
@@ -229,7 +222,7 @@ def _q3_models():
 
 
 def _check_allreduce(fn):
-    _require_function(fn, "allreduce_seconds")
+    require_function(fn, "allreduce_seconds")
     for name, model, world, bw in _q3_models():
         what = f"allreduce_seconds({name}, world_size={world}, bandwidth_gb_s={bw})"
         got = as_number(what, _call(fn, model, world, bw, what=what))
@@ -354,7 +347,7 @@ def _q4_cases():
 
 
 def _check_train(fn):
-    _require_function(fn, "train")
+    require_function(fn, "train")
     lr = 0.1
     for batches_per_rank in _q4_cases():
         world = len(batches_per_rank)

@@ -25,7 +25,7 @@ def main(argv=None) -> None:
     p.add_argument("--timeout", type=float, default=5.0, help="seconds a collective may wait")
     args = p.parse_args(argv)
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))   # CPU tensors: gloo
-    rank, world_size = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     try:
         n_batches = 5 if rank == 0 else 4                  # 9 batches do not split evenly over 2 ranks
         steps = torch.tensor(n_batches)
