@@ -195,6 +195,20 @@ def test_solution_pages_hide_generator_markers_and_status_uses_words(site):
         assert "✅" not in html and "❌" not in html, f"{page} relies on an emoji glyph"
 
 
+
+def test_status_page_lists_every_reference_record_and_its_figures(site):
+    from gpucourse import reference
+
+    html = (site / "book" / "status.html").read_text()
+    records = reference.records()
+    if not records:
+        assert "No reference record has been measured yet" in html
+    for record in records:
+        device = record["hardware"].get("gpu_name") or record["hardware"]["cpu_model"]
+        assert "Key figures: " in html and device in html, f"the status page does not list {device}"
+        for name in record["figures"]:
+            assert f"<p>{name}</p>" in html, f"the status page does not show {name} of {device}"
+
 @pytest.mark.parametrize("page_name", ALL_PAGES)
 def test_accessibility_with_axe(browser, server, page_name):
     page, _ = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"), shot="desktop")

@@ -25,13 +25,30 @@ def _row(*cells):
     return row
 
 
-def _figures(record) -> str:
-    parts = []
-    for name, fig in sorted(record["figures"].items()):
-        value = fig["value"]
-        shown = f"{value:.3g}" if isinstance(value, float) else (str(value) if not isinstance(value, (list, dict)) else "…")
-        parts.append(f"{name} = {shown} {fig['unit']}".strip())
-    return "; ".join(parts) or "none"
+def _table(headers, rows, widths, classes=()):
+    table = nodes.table(classes=list(classes))
+    group = nodes.tgroup(cols=len(headers))
+    table += group
+    for width in widths:
+        group += nodes.colspec(colwidth=width)
+    head = nodes.thead()
+    head += _row(*headers)
+    group += head
+    body = nodes.tbody()
+    for cells in rows:
+        body += _row(*cells)
+    group += body
+    return table
+
+
+def _shown(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return "…" if isinstance(value, (list, dict)) else str(value)
+
+
+def _device(record) -> str:
+    return record["hardware"].get("gpu_name") or f"CPU only: {record['hardware']['cpu_model']}"
 
 
 class ReferenceRecords(SphinxDirective):
@@ -44,25 +61,25 @@ class ReferenceRecords(SphinxDirective):
         if not records:
             return [nodes.paragraph(text="No reference record has been measured yet. Run `make gpu-check` "
                                          "on a machine with a GPU and commit the file it writes.")]
-        headers = ("device", "measured", "size", "notebooks", "time", "key figures")
-        table = nodes.table()
-        group = nodes.tgroup(cols=len(headers))
-        table += group
-        for _ in headers:
-            group += nodes.colspec(colwidth=1)
-        head = nodes.thead()
-        head += _row(*headers)
-        group += head
-        body = nodes.tbody()
+        summary = []
         for r in records:
             outcomes = [n["outcome"] for n in r["notebooks"]]
-            summary = ", ".join(f"{outcomes.count(o)} {o}" for o in ("ok", "skipped", "failed", "timeout")
-                                if outcomes.count(o))
-            device = r["hardware"].get("gpu_name") or f"CPU only: {r['hardware']['cpu_model']}"
-            body += _row(device, r["date"], r.get("mode", ""), summary, f"{r.get('total_seconds', 0):.0f} s",
-                         _figures(r))
-        group += body
-        return [table]
+            done = ", ".join(f"{outcomes.count(o)} {o}" for o in ("ok", "skipped", "failed", "timeout")
+                             if outcomes.count(o))
+            software = ", ".join(f"{k} {r['software'][k]}" for k in ("torch", "tensorflow")
+                                 if r.get("software", {}).get(k))
+            summary.append((_device(r), r["date"], r.get("mode", ""), done, f"{r.get('total_seconds', 0):.0f} s",
+                            software or "—"))
+        out = [_table(("device", "measured", "size", "notebooks", "time", "software"), summary, (3, 2, 2, 2, 1, 3))]
+        for r in records:   # one table of key figures per record: a figure per row reads on any screen
+            out.append(nodes.rubric(text=f"Key figures: {_device(r)}, {r['date']}"))
+            figures = [(name, f"{_shown(fig['value'])} {fig.get('unit', '')}".strip())
+                       for name, fig in sorted(r["figures"].items())]
+            if figures:
+                out.append(_table(("figure", "value"), figures, (1, 1), classes=["reference-figures"]))
+            else:
+                out.append(nodes.paragraph(text="No key figure was recorded."))
+        return out
 
 
 def setup(app):
