@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import gc
 import math
+from gc import collect as bound_collect            # bound before any check runs
 
 import pytest
 import torch
+from torch.cuda import empty_cache as bound_empty_cache
 
 from gpucourse.checks import ep05
 from gpucourse.exercises import ____
@@ -157,6 +159,9 @@ Q2_WRONG = {
     "budget left in GiB": (lambda g, b1, p1, b2, p2: max(0, math.floor((g - _line(g, b1, p1, b2, p2)[1])
                                                                        / _line(g, b1, p1, b2, p2)[0])),
                            ["multiply it by 2**30"]),
+    "ceil minus one": (lambda g, b1, p1, b2, p2: max(0, math.ceil((g * 2**30 - _line(g, b1, p1, b2, p2)[1])
+                                                                  / _line(g, b1, p1, b2, p2)[0]) - 1),
+                       ["one too few", "equals the budget exactly", "math.floor"]),
     "text": (lambda g, b1, p1, b2, p2: "3 million", ["should be a number"]),
     "not a function": (1234, ["pass the function itself"]),
 }
@@ -222,6 +227,26 @@ def largest_batch_returning_in_except(try_step, start=1):
 def largest_batch_from_one(try_step, start=1):
     """Ignores start: doubles from 1 (more trials, still few)."""
     return largest_batch(try_step, 1)
+
+
+def _largest_batch_with(collect, empty_cache):
+    def fits(step, batch):
+        failed = False
+        try:
+            step(batch)
+        except torch.OutOfMemoryError:
+            failed = True
+        collect()
+        empty_cache()
+        return not failed
+    return lambda try_step, start=1: largest_batch(try_step, start, fits)
+
+
+def test_q3_accepts_cleanup_functions_bound_by_other_names():
+    for collect, empty_cache in ((bound_collect, torch.cuda.empty_cache), (gc.collect, bound_empty_cache),
+                                 (gc.collect, torch.cuda.memory.empty_cache)):
+        result, message = outcome(ep05.q3, _largest_batch_with(collect, empty_cache))
+        assert result == "correct", message
 
 
 def test_q3_right_answers_pass_and_stub_is_not_done():
@@ -496,6 +521,28 @@ def make_accumulation(scale="share", zero="before", step="after", keep="item", c
     return fn
 
 
+def _chunked(model, optimizer, loss_fn, X, y, micro_batch):
+    optimizer.zero_grad()
+    total = 0.0
+    for xb, yb in zip(X.chunk(micro_batch), y.chunk(micro_batch)):      # micro_batch pieces, not rows
+        loss = loss_fn(model(xb), yb) * (len(xb) / len(X))
+        loss.backward()
+        total += loss.item()
+    optimizer.step()
+    return total
+
+
+def _integer_share(model, optimizer, loss_fn, X, y, micro_batch):
+    optimizer.zero_grad()
+    total = 0.0
+    for xb, yb in zip(X.split(micro_batch), y.split(micro_batch)):
+        loss = loss_fn(model(xb), yb) * (len(xb) // len(X))
+        loss.backward()
+        total += loss.item()
+    optimizer.step()
+    return total
+
+
 Q4_WRONG = {
     "loss not scaled": (make_accumulation(scale="none"), ["sum over the micro-batches", "len(xb) / len(X)"]),
     "divided by the number of micro-batches": (make_accumulation(scale="count"), ["unequal size", "len(xb) / len(X)"]),
@@ -511,6 +558,8 @@ Q4_WRONG = {
     "returns the loss tensor": (make_accumulation(ret="tensor"), ["float", "loss.item()"]),
     "returns the last micro-batch's loss": (make_accumulation(ret="last"), ["mean loss", "not just the last"]),
     "returns nothing": (lambda *args: make_accumulation()(*args) and None, ["returned None"]),
+    "X.chunk(micro_batch): micro_batch pieces": (_chunked, ["ran 64 times", "X.chunk(n)", "X.split(micro_batch)"]),
+    "integer division for the share": (_integer_share, ["every gradient was zero", "len(xb) // len(X)"]),
     "not a function": (0.69, ["pass the function itself"]),
 }
 
@@ -569,6 +618,9 @@ Q5_WRONG = {
     "hard-coded name": (lambda o, b: "batch 512, checkpointing", ["not one of the options"]),
     "hard-coded name present everywhere": (lambda o, b: "batch 512" if "batch 512" in o else None,
                                            ["above the budget"]),
+    "budget turned into GiB": (lambda o, b: choose(o, b / 2**30), ["None for every set", "already in bytes"]),
+    "None although an option fits": (lambda o, b: None if "batch 128" in o and b == 15 * 2**30 else choose(o, b),
+                                     ["returned None, but", "only when no option fits"]),
     "not a function": ("batch 512", ["pass the function itself"]),
 }
 

@@ -108,6 +108,19 @@ def test_q1_right_answer_passes_with_the_real_grad_scaler_too():
     assert isinstance(loss, float)
 
 
+def _divides_by_hand(model, optimizer, scaler, X, y, device_type, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        loss = loss_fn(model(X).squeeze(1), y)
+    scaler.scale(loss).backward()
+    for p in model.parameters():
+        p.grad /= scaler.get_scale()          # scaler.step does not know, and unscales again
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
 Q1_WRONG = {
     "no autocast": (_amp_variant(autocast=False), ["without autocast"]),
     "cuda device_type on a CPU machine": (_amp_variant(device_type="cuda"), ["device_type", "not 'cuda'"]),
@@ -128,6 +141,7 @@ Q1_WRONG = {
     "no clipping": (_amp_variant(clip=False), ["not clipped", "clip_grad_norm_"]),
     "hard-coded max_norm": (_amp_variant(norm=0.1), ["clipped to 0.1", "max_norm="]),
     "not a function": (3.0, ["pass the function itself"]),
+    "divides by get_scale() by hand": (_divides_by_hand, ["get_scale()", "divides them again", "unscale_"]),
 }
 
 
@@ -166,6 +180,18 @@ Q2_WRONG = {
     "milliseconds": (lambda t, w: tuple(1e3 * v for v in compile_report(t, w)), ["milliseconds"]),
     "constant": (lambda t, w: (30.0, 0.011), ["expected"]),
     "one number": (lambda t, w: compile_report(t, w)[0], ["two numbers"]),
+    "median_high": (lambda t, w: (sum(t[:w]) - w * statistics.median_high(t[w:]), statistics.median_high(t[w:])),
+                    ["upper of the two middle", "statistics.median"]),
+    "upper middle by index": (lambda t, w: (sum(t[:w]) - w * sorted(t[w:])[len(t[w:]) // 2],
+                                            sorted(t[w:])[len(t[w:]) // 2]), ["upper of the two middle"]),
+    "median_low": (lambda t, w: (sum(t[:w]) - w * statistics.median_low(t[w:]), statistics.median_low(t[w:])),
+                   ["lower of the two middle"]),
+    "one steady step subtracted": (lambda t, w: (sum(t[:w]) - statistics.median(t[w:]), statistics.median(t[w:])),
+                                   ["warmup × steady_seconds"]),
+    "warm-up one step too long": (lambda t, w: (sum(t[:w + 1]) - (w + 1) * statistics.median(t[w + 1:]),
+                                                statistics.median(t[w + 1:])), ["warmup + 1"]),
+    "steady steps start one late": (lambda t, w: (sum(t[:w]) - w * statistics.median(t[w + 1:]),
+                                                  statistics.median(t[w + 1:])), ["one late", "step_times[warmup:]"]),
     "text": (lambda t, w: ("30 s", "0.01 s"), ["number", "drop the quotes"]),
 }
 
@@ -196,6 +222,13 @@ Q3_WRONG = {
     "most calls": (lambda p: max(p.key_averages(), key=lambda e: e.count).key, ["called most often"]),
     "least time": (lambda p: min(p.key_averages(), key=lambda e: e.self_cpu_time_total).key, ["least"]),
     "first row": (lambda p: p.key_averages()[0].key, ["sort by self_cpu_time_total"]),
+    "device time on a CPU profile": (lambda p: max(p.key_averages(), key=lambda e: e.self_device_time_total).key,
+                                     ["self_device_time_total", "0 for every op",
+                                                                            "self_cpu_time_total"]),
+    "time per call": (lambda p: max(p.key_averages(), key=lambda e: e.self_cpu_time_total / e.count).key,
+                      ["longest single call", "in all", "self_cpu_time_total"]),
+    "longest single event": (lambda p: max(p.events(), key=lambda e: e.self_cpu_time_total).name,
+                             ["longest single call", "prof.events()"]),
     "hard-coded matmul": (lambda p: "aten::mm", ["fixed name"]),
     "hard-coded sort": (lambda p: "aten::sort", ["self CPU time is 'aten::mm'"]),
     "the event, not its name": (lambda p: max(p.key_averages(), key=lambda e: e.self_cpu_time_total),
@@ -331,7 +364,53 @@ def test_q4_solution_passes_and_stub_is_not_done():
     assert ep06.q4.outcome(lambda model, X, y, steps, batch_size: ____)[0] == "not-done"
 
 
+def _wraps_by_rows(ceil_batches=False):
+    """Batches start at (step * batch_size) % len(X), or n_batches counts a last partial batch."""
+    def train(model, X, y, steps, batch_size, lr=0.05):
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        X_std = torch.from_numpy((X - X.mean(axis=0)) / X.std(axis=0)).float()
+        y_t = torch.from_numpy(y).float()
+        n_batches = -(-len(X) // batch_size)
+        losses = []
+        for step in range(steps):
+            first = (step % n_batches) * batch_size if ceil_batches else (step * batch_size) % len(X)
+            optimizer.zero_grad()
+            loss = loss_fn(model(X_std[first:first + batch_size]).squeeze(1), y_t[first:first + batch_size])
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach())
+        return torch.stack(losses).tolist()
+    return train
+
+
+def _dtype_mistake(labels_as_int):
+    def train(model, X, y, steps, batch_size, lr=0.05):
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        X_std = torch.from_numpy((X - X.mean(axis=0)) / X.std(axis=0))
+        y_t = torch.from_numpy(y)
+        if labels_as_int:
+            X_std = X_std.float()
+        else:
+            y_t = y_t.double()
+        n_batches = len(X) // batch_size
+        losses = []
+        for step in range(steps):
+            first = (step % n_batches) * batch_size
+            optimizer.zero_grad()
+            loss = loss_fn(model(X_std[first:first + batch_size]).squeeze(1), y_t[first:first + batch_size])
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+    return train
+
+
 Q4_WRONG = {
+    "labels left as integers": (_dtype_mistake(labels_as_int=True), ["labels are integers", ".float()"]),
+    "table left in float64": (_dtype_mistake(labels_as_int=False), ["mixed dtypes", "float64", ".float()"]),
+    "wraps around by rows, (step * batch_size) % len(X)": (_wraps_by_rows(), ["wraps around", "len(X) // batch_size",
+                                                                            "no partial batch"]),
+    "counts the last partial batch": (_wraps_by_rows(ceil_batches=True), ["last full batch", "rows left over"]),
     "no fix at all: the original loop": (ep06.slow_train, ["slow_train itself"]),
     "the original, wrapped": (lambda m, X, y, s, b: list(ep06.slow_train(m, X, y, s, b)), ["3×", "profile"]),
     "cut steps": (_variant(steps_cut=10), ["losses for", "cut steps"]),

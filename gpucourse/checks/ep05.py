@@ -21,11 +21,13 @@ or an answer right for one case only cannot pass, and recomputes or measures the
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import gc
 import math
 import numbers
+import sys
 import weakref
 from fractions import Fraction
 from unittest import mock
@@ -251,6 +253,7 @@ _Q2_CASES = [
     ("a large model in 80 GiB", _q2_case(80, 20_000_000_000, 150_000.75, 64, 1024)),
     ("a budget of 1 GiB given as an int", _q2_case(1, 3_500_000, 1000.5, 1000, 3000)),
     ("a model whose state alone takes more than the budget of 0.5 GiB", _q2_case(0.5, 700_000_000, 3000.0, 8, 64)),
+    ("2 GiB, where batch 1,000 fills the budget to the byte", _q2_case(2, 2 * GIB - 1000 * 1024, 1024, 100, 200)),
 ]
 
 
@@ -275,6 +278,10 @@ def _q2_alternatives(case):
         "in bytes (2**20 bytes is a MiB).": [_q2_expected(*case, bytes_per_gib=MIB), _q2_expected(*case, bytes_per_gib=1)],
         "that batch is one too many: its predicted peak is above the budget. Round down (math.floor).":
             [_q2_expected(*case, rounding=math.ceil), _q2_expected(*case, rounding=round)],
+        "that batch is one too few: a batch whose predicted peak equals the budget exactly still fits. Round down "
+        "with math.floor (ceil(x) - 1, or a strict <, loses a batch when x is whole; so does a line fitted with "
+        "rounding errors, such as np.polyfit's: take the slope and the fixed part from the two points directly).":
+            [_q2_expected(*case, rounding=lambda x: math.ceil(x) - 1)],
         "you took peak1 as the fixed part, but peak1 already includes the activations of b1 samples: the "
         "fixed part is peak1 - per_sample * b1.": [_q2_expected(*case, fixed_from=p1),
                                                     _q2_expected(*case, fixed_from=p2)],
@@ -457,6 +464,9 @@ def _check_largest_batch(largest_batch):
     # A full gc.collect() takes tens of milliseconds with PyTorch loaded, and a search calls it after every
     # trial; the simulated GPU frees by reference counting, so a young-generation collection does the same here.
     # Both calls are counted, so that the simulated GPU can tell whether they ran between a failure and a retry.
+    # A learner may also call functions bound before the check began (`from gc import collect`, `from torch.cuda
+    # import empty_cache`): a full collection is seen through gc.callbacks, and the real empty_cache through the
+    # is_initialized() it asks first.
     cleanups = {"collect": 0, "empty_cache": 0}
 
     def collect(generation=2):
@@ -466,7 +476,29 @@ def _check_largest_batch(largest_batch):
     def empty_cache():
         cleanups["empty_cache"] += 1
 
-    with mock.patch.object(gc, "collect", collect), mock.patch.object(torch.cuda, "empty_cache", empty_cache):
+    def full_collection(phase, info):
+        if phase == "start" and info.get("generation") == 2:
+            cleanups["collect"] += 1
+
+    cuda_memory = sys.modules.get("torch.cuda.memory")
+    real_empty_cache = getattr(cuda_memory, "empty_cache", None)
+    real_is_initialized = getattr(cuda_memory, "is_initialized", None)
+
+    def is_initialized():
+        if real_empty_cache is not None and sys._getframe(1).f_code is getattr(real_empty_cache, "__code__", None):
+            cleanups["empty_cache"] += 1
+        return real_is_initialized()
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(gc, "collect", collect))
+        stack.enter_context(mock.patch.object(torch.cuda, "empty_cache", empty_cache))
+        if real_is_initialized is not None:
+            stack.enter_context(mock.patch.object(cuda_memory, "is_initialized", is_initialized))
+        gc.callbacks.append(full_collection)
+        stack.callback(gc.callbacks.remove, full_collection)
+        if not gc.get_freeze_count():     # a full collection then scans only what the search made: milliseconds
+            gc.freeze()
+            stack.callback(gc.unfreeze)
         return _search_cases(largest_batch, cleanups)
 
 
@@ -696,6 +728,12 @@ def _check_accumulation(accumulated_step):
                 raise Wrong(f"{what}: the model saw {sum(rows)} of the {len(X)} rows (micro-batches of {rows}); "
                             "the last, shorter micro-batch is missing. X.split(micro_batch) keeps it.")
             raise Wrong(f"{what}: the model saw {sum(rows)} rows, but the batch has {len(X)}: every row once.")
+        if len(rows) > math.ceil(len(X) / micro):
+            shown = rows[:6] + (["…"] if len(rows) > 6 else [])
+            raise Wrong(f"{what}: the model ran {len(rows)} times, on micro-batches of {shown} rows, but "
+                        f"{math.ceil(len(X) / micro)} micro-batches of up to micro_batch={micro} rows cover the "
+                        f"batch: more, smaller passes than needed, each slower on a GPU. X.chunk(n) cuts X into n "
+                        "pieces; X.split(micro_batch) cuts it into pieces of micro_batch rows.")
         if not spy.steps:
             raise Wrong(f"{what} never called optimizer.step(): accumulate the gradients, then step once.")
         if len(spy.steps) > 1:
@@ -705,6 +743,9 @@ def _check_accumulation(accumulated_step):
         if all(g is None for g in got):
             raise Wrong(f"{what}: the parameters had no gradients at optimizer.step(): call loss.backward() "
                         "on every micro-batch's loss.")
+        if all(g is not None and not bool(g.any()) for g in got):
+            raise Wrong(f"{what}: every gradient was zero at optimizer.step(): each micro-batch's loss was multiplied "
+                        "by 0. len(xb) // len(X) is 0 (integer division); its share is len(xb) / len(X).")
         if not _close_grads(got, full_grads):
             chunks = len(X.split(micro))
             diagnoses = [
@@ -859,6 +900,13 @@ def _check_choose(choose):
         if all(a[4] == rule(a[2], a[1]) for a in answers):
             raise Wrong(message)
     description, budget, options, expected, got, what = wrong[0]
+    if all(a[4] is None for a in answers):
+        raise Wrong(f"choose returned None for every set of measurements, but options fit: for {description}, "
+                    f"{expected!r} needs {options[expected][0]:,.0f} bytes of {budget:,}. budget_bytes is "
+                    "already in bytes, as the peaks are: compare them directly (no division by 2**30).")
+    if got is None:
+        raise Wrong(f"{what} returned None, but {expected!r} fits (peak {options[expected][0]:,.0f} <= "
+                    f"{budget:,} bytes): return None only when no option fits.")
     if expected is None:
         raise Wrong(f"{what} returned {got!r}, but no option fits in the budget (every peak is above "
                     f"{budget:,} bytes): return None.")

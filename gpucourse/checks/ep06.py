@@ -47,6 +47,13 @@ class _SpyScaler:
         self.log.append("scale")
         return loss * self.SCALE
 
+    def get_scale(self):
+        self.log.append("get_scale")
+        return self.SCALE
+
+    def is_enabled(self):
+        return True
+
     def _divide(self, optimizer):
         import torch
 
@@ -202,6 +209,10 @@ def _check_amp_step(amp_step):
             raise Wrong("the weights did not change: did the scaled loss go through .backward()?")
         want, want_loss = _reference_amp_update(seed, dtype, max_norm)
         if not _same_update(update, want):
+            if "get_scale" in calls and "unscale_" not in calls:
+                raise Wrong("you divided the gradients by scaler.get_scale() yourself: scaler.step(optimizer) does not "
+                            "know, and divides them again. Call scaler.unscale_(optimizer) before clipping; "
+                            "scaler.step then knows they are unscaled already.")
             if _same_update(update, _reference_amp_update(seed, dtype, max_norm, "no zero_grad")[0]):
                 raise Wrong("the weights moved by more than one step's gradient: gradients from an earlier step were "
                             "still there. Call optimizer.zero_grad() at the start of the step.")
@@ -258,35 +269,51 @@ _Q2_DIAGNOSES = [
      "your compile time still contains the ordinary work of the warm-up steps: subtract warmup × the steady time."),
     (lambda t, w: (t[0], statistics.median(t[w:])),
      "your compile time is the first step alone: add up all `warmup` steps and subtract their ordinary work."),
+    (lambda t, w: (sum(t[:w]) - w * statistics.median_high(t[w:]), statistics.median_high(t[w:])),
+     "your median is the upper of the two middle steps; with an even number of steps the median is the mean of "
+     "the two middle ones: use statistics.median (not median_high, not sorted(...)[len // 2])."),
+    (lambda t, w: (sum(t[:w]) - w * statistics.median_low(t[w:]), statistics.median_low(t[w:])),
+     "your median is the lower of the two middle steps; with an even number of steps the median is the mean of "
+     "the two middle ones: use statistics.median (not median_low)."),
+    (lambda t, w: (sum(t[:w]) - statistics.median(t[w:]), statistics.median(t[w:])),
+     "you subtracted one steady step from the warm-up's sum; each of the `warmup` steps did ordinary work: "
+     "subtract warmup × steady_seconds."),
+    (lambda t, w: (sum(t[:w + 1]) - (w + 1) * statistics.median(t[w + 1:]), statistics.median(t[w + 1:])),
+     "you treated warmup + 1 steps as warm-up: step_times[:warmup] are the warm-up steps, step_times[warmup:] "
+     "the steady ones."),
+    (lambda t, w: (sum(t[:w]) - w * statistics.median(t[w + 1:]), statistics.median(t[w + 1:])),
+     "your steady steps start one late: they are step_times[warmup:], from index warmup on."),
 ]
 
 
 def _check_compile_report(compile_report):
     require_function(compile_report, "compile_report")
+
+    def close(a, b):
+        return abs(a - b) <= 1e-6 + 1e-6 * abs(b)
+
+    answers = []
     for times, warmup in _Q2_CASES:
         got = _call(compile_report, list(times), warmup, what=f"compile_report({times}, warmup={warmup})")
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise Wrong(f"compile_report should return two numbers (compile_seconds, steady_seconds); got {got!r}.")
-        compile_s = as_number("compile_seconds", got[0])
-        steady_s = as_number("steady_seconds", got[1])
-        want_c, want_s = compile_report_reference(times, warmup)
-
-        def close(a, b):
-            return abs(a - b) <= 1e-6 + 1e-6 * abs(b)
-
-        if close(compile_s, want_c) and close(steady_s, want_s):
-            continue
-        if close(compile_s, want_s) and close(steady_s, want_c):
-            raise Wrong("you returned (steady_seconds, compile_seconds): the compile time comes first.")
-        if close(compile_s, 1e3 * want_c) or close(steady_s, 1e3 * want_s):
-            raise Wrong("your result looks like milliseconds; return seconds, as step_times are.")
-        for rule, message in _Q2_DIAGNOSES:
-            rc, rs = rule(times, warmup)
-            if close(compile_s, rc) and close(steady_s, rs):
-                raise Wrong(message)
-        raise Wrong(f"for step_times={times} and warmup={warmup} expected ({want_c:.4g}, {want_s:.4g}) s, got "
-                    f"({compile_s:.4g}, {steady_s:.4g}) s.")
-    return "right on three sets of step times: compile cost kept out of the steady-state figure."
+        answers.append((times, warmup, as_number("compile_seconds", got[0]), as_number("steady_seconds", got[1])))
+    wrong = [a for a in answers
+             if not all(map(close, a[2:], compile_report_reference(a[0], a[1])))]
+    if not wrong:
+        return "right on three sets of step times: compile cost kept out of the steady-state figure."
+    times, warmup, compile_s, steady_s = wrong[0]
+    want_c, want_s = compile_report_reference(times, warmup)
+    if close(compile_s, want_s) and close(steady_s, want_c):
+        raise Wrong("you returned (steady_seconds, compile_seconds): the compile time comes first.")
+    if close(compile_s, 1e3 * want_c) or close(steady_s, 1e3 * want_s):
+        raise Wrong("your result looks like milliseconds; return seconds, as step_times are.")
+    for rule, message in _Q2_DIAGNOSES:   # a diagnosis must fit every case, not one by coincidence
+        if all(close(c, rc) and close(st, rs) for (t, w, c, st), (rc, rs) in
+               ((a, rule(a[0], a[1])) for a in answers)):
+            raise Wrong(message)
+    raise Wrong(f"for step_times={times} and warmup={warmup} expected ({want_c:.4g}, {want_s:.4g}) s, got "
+                f"({compile_s:.4g}, {steady_s:.4g}) s.")
 
 
 q2 = Exercise("ep06.q2", _check_compile_report,
@@ -301,7 +328,8 @@ def _workloads():
     import torch
 
     a, b = torch.randn(384, 384), torch.randn(384, 384)
-    v_sort, v_exp = torch.randn(600_000), torch.randn(1_500_000)   # made outside the profiled calls
+    # made outside the profiled calls
+    v_sort, v_exp, v_tanh = torch.randn(600_000), torch.randn(1_500_000), torch.randn(3_000_000)
 
     def matmuls():
         x = torch.zeros(4)
@@ -322,8 +350,9 @@ def _workloads():
         x = torch.zeros(4)
         for _ in range(60):
             x = x - 1
-        for _ in range(3):
-            torch.exp(v_exp)
+        for _ in range(40):
+            torch.exp(v_exp)   # the most self time in all, in short calls
+        torch.tanh(v_tanh)     # one call, several times as long as one exp, under a third of their sum
         return x
 
     return [("matmuls", matmuls, "aten::mm"), ("sorting", sorting, "aten::sort"), ("exps", exps, "aten::exp")]
@@ -365,7 +394,17 @@ def _compare_top_op(top_op):
             "count": max(events, key=lambda e: e.count).key,
             "least": min(events, key=lambda e: e.self_cpu_time_total).key,
             "first": events[0].key,
+            "per call": max(events, key=lambda e: e.self_cpu_time_total / max(e.count, 1)).key,
         }
+        if got == by["first"]:
+            why = [f"'{got}' is the first row of key_averages(), which is not sorted by time"]
+            if got == by["inclusive"]:
+                why.append("it also has the most inclusive time (cpu_time_total), which counts every op called "
+                           "inside it")
+            if all(getattr(e, "self_device_time_total", 0) == 0 for e in events):
+                why.append("sorting by self_device_time_total gives that row too: this profile ran on the CPU, so "
+                           "it is 0 for every op")
+            raise Wrong("; ".join(why) + ". Sort by self_cpu_time_total, the time spent in the op itself.")
         if got == by["inclusive"]:
             raise Wrong(f"you sorted by cpu_time_total, the inclusive time: '{got}' includes every op called inside "
                         "it. Sort by self_cpu_time_total, the time spent in the op itself.")
@@ -374,13 +413,16 @@ def _compare_top_op(top_op):
                         "self_cpu_time_total.")
         if got == by["least"]:
             raise Wrong(f"'{got}' took the LEAST self time: take the max, not the min (or sort descending).")
+        if got == by["per call"]:
+            count = next(e.count for e in events if e.key == expected)
+            raise Wrong(f"'{got}' has the longest single call, but '{expected}' took more self time in all (its "
+                        f"{count} calls together): compare self_cpu_time_total, the total over all the calls of an "
+                        "op in key_averages() (not the time per call, nor one event of prof.events()).")
         if label != "matmuls" and got in ("aten::mm", "aten::addmm", "aten::matmul", "aten::linear"):
             raise Wrong(f"top_op said '{got}' for a workload without large matrix products: the answer must come from "
                         "the profile you are given, not a fixed name.")
         if got.startswith("ProfilerStep") or got == "workload":
             raise Wrong(f"'{got}' is a label around the work, not an op; sort by self_cpu_time_total.")
-        if got == by["first"]:
-            raise Wrong(f"'{got}' is just the first row of key_averages(), which is not sorted by time.")
         raise Wrong(f"for the {label} workload the op with the most self CPU time is '{expected}', your function "
                     f"said '{got}'.")
     return "right on three profiles (a matrix product, a sort, an elementwise exp) you had not seen."
@@ -453,7 +495,7 @@ def capstone_device():
 REQUIRED_SPEEDUP = 3.0
 _Q4_CASES = [  # seed, events, batch size, steps: the losses and weights are compared on these
     (11, 40_000, 256, 60),
-    (12, 9_000, 100, 95),    # steps wrap around: 90 batches per pass
+    (12, 9_050, 100, 95),    # steps wrap around: 90 full batches per pass, the 50 rows left over never used
 ]
 _Q4_TIMED = [  # timed on data no correctness case used, so no answer can be remembered
     (21, 40_000, 256, 60),   # a large table: working on all of it every step is the main cost
@@ -488,6 +530,12 @@ def _explain_error(device):
             return (f"your loop mixed devices ({text.splitlines()[0][:120]}). The model you are given is on "
                     f"{device}: put the data on the model's device once, before the loop, with "
                     "device = next(model.parameters()).device and .to(device).")
+        if "must have the same dtype" in text or "expected scalar type" in text.lower():
+            return (f"your loop mixed dtypes ({text.splitlines()[0][:100]}): the model is float32, and NumPy's "
+                    "table is float64. Convert the standardised table once with .float(), as slow_train does.")
+        if "can't be cast" in text and "Long" in text:
+            return (f"the labels are integers ({text.splitlines()[0][:100]}): BCEWithLogitsLoss needs float "
+                    "targets. Convert y once with torch.from_numpy(y).float().")
         if "cuda" in text.lower() and device.type == "cpu":
             return (f"your loop asked for CUDA, but there is no GPU here ({text.splitlines()[0][:100]}). Use the "
                     "model's device, next(model.parameters()).device, instead of 'cuda'.")
@@ -550,6 +598,12 @@ def _run_case(fast_train, seed, n, batch, steps, device):
                 raise Wrong("your standard deviation divides by n - 1, the original's by n: torch.std (like "
                             "pandas) uses correction=1 by default, np.std uses ddof=0. Use "
                             "Xt.std(0, correction=0), or standardise with NumPy as slow_train does.")
+            if i == len(X) // batch:
+                raise Wrong(f"loss {i} is {g:.6g}, the original loop's is {w:.6g}: the losses part at step {i}, the "
+                            f"first after the last full batch ({len(X):,} rows, batches of {batch}). slow_train "
+                            f"wraps around to row 0 after n_batches = len(X) // batch_size = {len(X) // batch} "
+                            "full batches, and never uses the rows left over: batch k starts at row "
+                            "(k % n_batches) * batch_size (not (k * batch_size) % len(X), and no partial batch).")
             where = "the first loss already differs" if i == 0 else f"the losses part from step {i} on"
             raise Wrong(f"loss {i} is {g:.6g}, the original loop's is {w:.6g}: {where}. Keep what is computed: the "
                         "same model, the same optimizer (SGD, lr=0.05) with zero_grad every step, the same batches "
