@@ -343,3 +343,84 @@ def test_q4_broken_answer_is_reported_not_raised():
     def broken(rank, world_size, batches, all_reduce, lr):
         raise KeyError("oops")
     assert_wrong(ep07.q4, (broken,), ["KeyError"])
+
+
+def _casts_to_float32(m, w, b):        # changes the model it was given: the float16 one becomes float32
+    m.float()
+    return _factor(w) * _bytes(m) / (b * 1e9)
+
+
+def _unfreezes(m, w, b):
+    for p in m.parameters():
+        p.requires_grad_(True)
+    return _factor(w) * _bytes(m) / (b * 1e9)
+
+
+@pytest.mark.parametrize("fn, words", [
+    (_casts_to_float32, ["4 bytes per parameter", "element_size"]),
+    (_unfreezes, ["frozen"]),
+    (lambda m, w, b: _factor(w) * sum(p.grad.numel() for p in m.parameters()) / (b * 1e9), ["p.grad is None"]),
+])
+def test_q3_answers_that_change_the_model_or_read_grad(fn, words):
+    assert_wrong(ep07.q3, (fn,), words)
+
+
+def test_q3_right_answers_written_otherwise():
+    import torch
+
+    for fn in (lambda m, w, b: np.float32(allreduce_seconds(m, w, b)),
+               lambda m, w, b: torch.tensor(allreduce_seconds(m, w, b)),
+               lambda m, w, b: _factor(w) * sum(p.untyped_storage().nbytes() for p in m.parameters()
+                                                if p.requires_grad) / b / 1e9):
+        assert ep07.q3.outcome(fn)[0] == "correct"
+
+
+def _mean_count(rank, world_size, batches, all_reduce, lr):     # the mean shard, not the smallest
+    weight, losses = 0.0, []
+    for step in range(int(all_reduce(len(batches)) / world_size)):
+        grad = all_reduce(local_grad(weight, batches[step])) / world_size
+        losses.append(all_reduce(local_loss(weight, batches[step])) / world_size)
+        weight -= lr * grad
+    return weight, losses
+
+
+def _orders_differ(rank, world_size, batches, all_reduce, lr):  # rank 0 reduces the loss first
+    weight, losses = 0.0, []
+    for batch in batches[:int(all_reduce(len(batches), op="min"))]:
+        first, second = (local_loss, local_grad) if rank == 0 else (local_grad, local_loss)
+        a, b = all_reduce(first(weight, batch)) / world_size, all_reduce(second(weight, batch)) / world_size
+        loss, grad = (a, b) if rank == 0 else (b, a)
+        losses.append(loss)
+        weight -= lr * grad
+    return weight, losses
+
+
+def _reduces_a_pair(rank, world_size, batches, all_reduce, lr):
+    weight, losses = 0.0, []
+    for batch in batches[:int(all_reduce(len(batches), op="min"))]:
+        grad, loss = all_reduce(np.array([local_grad(weight, batch), local_loss(weight, batch)])) / world_size
+        losses.append(loss)
+        weight -= lr * grad
+    return weight, losses
+
+
+@pytest.mark.parametrize("fn, words", [
+    (_mean_count, ["ran out of batches", "op='min'"]),
+    (_orders_differ, ["same order"]),
+    (_reduces_a_pair, ["one number"]),
+])
+def test_q4_more_wrong_answers(fn, words):
+    assert_wrong(ep07.q4, (fn,), words)
+
+
+def test_q4_tensor_step_count_is_right():
+    import torch
+
+    def tensors(rank, world_size, batches, all_reduce, lr):
+        weight, losses = 0.0, []
+        for step in range(all_reduce(torch.tensor(len(batches)), op="min")):
+            grad = all_reduce(torch.tensor(local_grad(weight, batches[step]))) / world_size
+            losses.append(all_reduce(local_loss(weight, batches[step])) / world_size)
+            weight -= lr * float(grad)
+        return weight, losses
+    assert ep07.q4.outcome(tensors)[0] == "correct"

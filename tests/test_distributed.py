@@ -172,3 +172,104 @@ def test_keras_fit_still_fails_under_multiworker_mirrored_strategy(tmp_path):
         pytest.fail(f"model.fit ran under MultiWorkerMirroredStrategy with Keras {keras.__version__}: "
                     "update episode 7's text (section 5) and tf_multiworker.py's docstring")
     assert all("VALUEERROR True" in r.output for r in runs), [r.output[-2000:] for r in runs]
+
+
+def test_a_failed_command_stops_the_others_at_once(tmp_path, capsys):
+    from gpucourse.distributed import STOPPED
+
+    pidfile = tmp_path / "waiter.pid"
+    waiter = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    start = time.perf_counter()
+    runs = launch_many([[sys.executable, "-c", "import time; time.sleep(1); raise ValueError('worker 1 broke')"],
+                        [sys.executable, "-c", waiter]], timeout=60, labels=["a", "b"])
+    assert time.perf_counter() - start < 15, "the second command waited for the deadline"
+    assert runs[0].returncode == 1 and runs[1].returncode == STOPPED and not runs[1].timed_out
+    assert not _alive(int(pidfile.read_text()))
+    out = capsys.readouterr().out
+    assert "First error: ValueError: worker 1 broke" in out and "another command of this run failed" in out
+
+
+def test_first_error_is_the_root_cause_not_torchruns_report():
+    from gpucourse.distributed import first_error
+
+    output = "\n".join(["W1123 08:50:19 api.py:1028] Sending process 1 closing signal SIGTERM",
+                        "[rank1]: Traceback (most recent call last):",
+                        '[rank1]:   File "train.py", line 12, in <module>',
+                        "[rank1]: RuntimeError: boom in rank 1",
+                        "[rank0]: RuntimeError: Connection closed by peer",
+                        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+                        "  error_file: <N/A>"])
+    assert first_error(output) == "RuntimeError: boom in rank 1"
+    assert first_error("ddp_train.py: error: argument --lr: invalid float value: 'x'").startswith("error: argument")
+    assert first_error("all went well\n  error_file: <N/A>") is None
+
+
+def test_an_interrupt_during_a_launch_kills_every_process(tmp_path):
+    import signal
+    import threading
+
+    pidfile = tmp_path / "child.pid"
+    code = ("import subprocess, sys, time; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))   # like the kernel's stop button
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch([sys.executable, "-c", code], timeout=60, show=False)
+    finally:
+        timer.cancel()
+    child = int(pidfile.read_text())
+    for _ in range(50):
+        if not _alive(child):
+            break
+        time.sleep(0.1)
+    assert not _alive(child), "a worker survived the interrupt"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--global-batch", "0"], "at least 1"),
+    (["--samples", "100", "--global-batch", "128"], "less than one global batch"),
+    (["--epochs", "0"], "at least 1"),
+])
+def test_ddp_train_rejects_bad_arguments_before_it_starts(tmp_path, capsys, argv, words):
+    from gpucourse.distributed import ddp_train
+
+    with pytest.raises(SystemExit):
+        ddp_train.parse_args(["--out", str(tmp_path), *argv])
+    assert words in capsys.readouterr().err
+
+
+def test_ddp_train_checks_the_output_folder_first_and_saves_whole_files(tmp_path):
+    from gpucourse.distributed.ddp_train import save_atomic, writable_folder
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit, match="not a folder this process can write to"):
+        writable_folder(blocker / "runs")
+    target = writable_folder(tmp_path / "runs") / "checkpoint.pt"
+    save_atomic(lambda f: torch.save({"step": 1}, f), target)
+
+    def interrupted(f):                  # stopped half-way through writing
+        f.write_bytes(b"half a checkpoint")
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        save_atomic(interrupted, target)
+    assert torch.load(target) == {"step": 1}, "the previous checkpoint was clobbered"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["checkpoint.pt"], "a temporary file was left"
+
+
+def test_tf_worker_whose_port_is_taken_says_so(tmp_path):
+    import json
+    import socket
+
+    ports = free_ports(2)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", ports[0]))
+        holder.listen()
+        env = {"TF_CONFIG": json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                                        "task": {"type": "worker", "index": 0}}), "CUDA_VISIBLE_DEVICES": ""}
+        run = launch([sys.executable, "-m", "gpucourse.distributed.tf_multiworker", "--out", tmp_path], timeout=60,
+                     env=env, show=False, retry=False)
+    assert not run.ok and not run.timed_out
+    assert PORT_CLASH in run.output and f"127.0.0.1:{ports[0]}" in run.output and "free_ports()" in run.output

@@ -11,6 +11,7 @@ becomes a message, never a hang.
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 import threading
@@ -173,7 +174,8 @@ def _check_shard(fn):
             orders.append(shards)
         if n >= 8 and world < n:
             if all(s == sorted(s) and (len(s) < 2 or s[1] - s[0] in (1, world)) for s in orders[0]):
-                raise Wrong(f"{n} samples, {world} ranks: the shards are not shuffled: each epoch should draw a new random order, the same on every rank.")
+                raise Wrong(f"{n} samples, {world} ranks: the shards are not shuffled: each epoch should draw a "
+                            "new random order, the same on every rank.")
             if orders[0] == orders[1]:
                 raise Wrong(f"{n} samples, {world} ranks: epochs 0 and 1 give the same shards. Shuffle with "
                             "the epoch in the seed, as DistributedSampler.set_epoch does.")
@@ -221,14 +223,23 @@ def _q3_models():
             ("a float16 model", half, 8, 300.0), ("the episode-3 MLP", mlp, 1, 16.0)]
 
 
+def _explain_q3(exc):
+    if isinstance(exc, AttributeError) and "NoneType" in str(exc):
+        return (f"{type(exc).__name__}: {exc}. Before a backward pass p.grad is None; a gradient has the "
+                "shape and dtype of its parameter, so count p.numel() × p.element_size() of the parameters.")
+    return None
+
+
 def _check_allreduce(fn):
     require_function(fn, "allreduce_seconds")
     for name, model, world, bw in _q3_models():
         what = f"allreduce_seconds({name}, world_size={world}, bandwidth_gb_s={bw})"
-        got = as_number(what, _call(fn, model, world, bw, what=what))
+        # counted before the call, which gets a copy: an answer that changes the model (.float(),
+        # requires_grad_()) must not change the expected result
         grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         every = sum(p.numel() * p.element_size() for p in model.parameters())
         numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        got = as_number(what, _call(fn, copy.deepcopy(model), world, bw, what=what, explain=_explain_q3))
         factor = 2 * (world - 1) / world
         want = factor * grads / (bw * 1e9)
         if math.isclose(got, want, rel_tol=0.005, abs_tol=1e-15):
@@ -298,6 +309,10 @@ class _World:
             if op not in ("sum", "min", "max"):
                 raise ValueError(f"all_reduce: op must be 'sum', 'min' or 'max', got {op!r}")
             integral = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            if getattr(value, "ndim", 0) or isinstance(value, (list, tuple, str, bytes)):
+                raise TypeError(f"all_reduce here takes one number, got {type(value).__name__} "
+                                f"{value!r:.60}: call it once per number")
+            integral = integral or (getattr(value, "dtype", None) is not None and "int" in str(value.dtype))
             value = float(value)
             with self.lock:
                 k = self.calls[rank]
@@ -383,6 +398,9 @@ def _check_train(fn):
             rank, exc = other[0]
             if "____" in str(exc) or "_Blank" in str(exc) or isinstance(exc, NotDone):
                 raise NotDone("train still uses ____: replace it with your code.")
+            if isinstance(exc, IndexError) and len(set(counts)) > 1:
+                raise Wrong(f"{case}: rank {rank} raised IndexError: {exc}. It ran out of batches: the step "
+                            "count must be the smallest shard's, agreed with all_reduce(..., op='min').")
             raise Wrong(f"{case}: rank {rank} raised {type(exc).__name__}: {exc}.")
         if sim.mismatch is not None:
             k, ops = sim.mismatch
@@ -404,7 +422,8 @@ def _check_train(fn):
         if max(weights) - min(weights) > 1e-9:
             raise Wrong(f"{case}: the ranks ended with different weights {[round(w, 5) for w in weights]}. "
                         "Each rank must step with the gradient averaged over all ranks (all_reduce, then "
-                        "divide by world_size), not with its own.")
+                        "divide by world_size), not with its own, and all ranks must call their all_reduces in "
+                        "the same order (gradient, then loss), or one rank's gradient is summed with another's loss.")
         if not math.isclose(weights[0], want_w, rel_tol=1e-6, abs_tol=1e-9):
             steps = min(counts)
             if math.isclose(weights[0], _reference(batches_per_rank, lr, divide=False)[0], rel_tol=1e-6):

@@ -9,7 +9,8 @@ and the notebook launches them the way one would on a cluster: with ``torchrun``
 
 ``launch`` runs such a command with a deadline, captures its output and prints it when the
 run is over, and kills the whole process group (launcher and workers) if it fails or runs
-out of time. ``free_port`` and ``free_ports`` ask the operating system for TCP ports nobody
+out of time; when one of several commands started together fails, the others are stopped at
+once rather than left waiting for it. ``free_port`` and ``free_ports`` ask the operating system for TCP ports nobody
 is using, so that runs in parallel (two test workers, two learners on one machine) do not
 collide; if a port is taken in the seconds between that choice and a worker's bind, the run
 fails with "Address already in use" and ``launch_many`` tries it once more.
@@ -18,6 +19,7 @@ fails with "Address already in use" and ``launch_many`` tries it once more.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,13 +28,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-__all__ = ["Run", "free_port", "free_ports", "kill_group", "launch", "launch_many", "run_with_deadline",
-           "torchrun"]
+__all__ = ["Run", "first_error", "free_port", "free_ports", "kill_group", "launch", "launch_many",
+           "run_with_deadline", "torchrun"]
 
 
 @dataclass
 class Run:
-    """What a launched command did: exit code (None if it was killed at the deadline), output, seconds."""
+    """What a launched command did: exit code (None if it was killed at the deadline, ``STOPPED`` if
+    it was stopped because another command of the same run failed), output, seconds."""
 
     command: list
     returncode: int | None
@@ -145,10 +148,35 @@ def launch_many(commands: list, timeout: float, env: dict | list | None = None, 
                 print(f"──── {label} ────")
             print(run.output.rstrip())
             if run.timed_out:
-                print(f"✗ killed after the {timeout:g} s deadline (all its processes were stopped).")
+                print(f"✗ killed after the {timeout:g} s deadline (all its processes were stopped). A run that "
+                      "stops making progress usually waits for a partner: a worker or node that never started, "
+                      "a port another program holds, or a collective that one rank never reaches.")
+            elif run.returncode == STOPPED:
+                print("✗ stopped because another command of this run failed (see its output).")
             elif not run.ok:
-                print(f"✗ exited with code {run.returncode}.")
+                error = first_error(run.output)
+                print(f"✗ exited with code {run.returncode}." + (f" First error: {error}" if error else ""))
     return runs
+
+
+STOPPED = -999    # the return code of a command stopped because another command of the same run failed
+
+_ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?(?:[\w.-]+\.py: )?"            # "[rank1]: ", "prog.py: "
+                         r"((?:[\w.]+(?:Error|Exception)|[\w.]*error)(?::\s.*|$))")   # "ValueError: ...", "error: ..."
+_NOT_THE_CAUSE = ("ChildFailedError", "SignalException")
+
+
+def first_error(output: str) -> str | None:
+    """The first line of ``output`` that names an error (``ValueError: ...``, ``error: ...``), if any.
+
+    The root cause comes first: torchrun's own ``ChildFailedError`` report and the errors of the
+    workers it then stopped come after it.
+    """
+    for line in output.splitlines():
+        m = _ERROR_LINE.match(line.strip())
+        if m and not any(skip in line for skip in _NOT_THE_CAUSE):
+            return m.group(1).strip()
+    return None
 
 
 def run_with_deadline(commands: list, env, deadline: float) -> list:
@@ -162,11 +190,13 @@ def run_with_deadline(commands: list, env, deadline: float) -> list:
             files.append(out)
             procs.append(subprocess.Popen([str(c) for c in command], stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=_env(extra), start_new_session=True))
-        for proc in procs:
-            try:
-                codes.append(proc.wait(timeout=max(0.0, deadline - time.perf_counter())))
-            except subprocess.TimeoutExpired:
-                codes.append(None)
+        codes = [None] * len(procs)
+        while None in codes and time.perf_counter() < deadline:
+            codes = [proc.poll() for proc in procs]
+            if any(code not in (None, 0) for code in codes):   # one part failed: the others would wait
+                codes = [STOPPED if code is None else code for code in codes]   # for it: stop them now
+                break
+            time.sleep(0.05)
     finally:
         for proc in procs:
             kill_group(proc)              # always: at the deadline, on an error, on an interrupt

@@ -57,11 +57,49 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--bench-steps", type=int, default=0, help="after training, time this many steps")
     p.add_argument("--timeout", type=float, default=60, help="seconds a collective may wait for the others")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name in ("samples", "width", "epochs", "global_batch"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.timeout <= 0 or args.bench_steps < 0:
+        p.error("--timeout must be positive and --bench-steps at least 0")
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    if args.global_batch % world_size:
+        p.error(f"--global-batch {args.global_batch} is not divisible by {world_size} processes: choose a "
+                f"multiple of {world_size}, e.g. {args.global_batch // world_size * world_size or world_size}")
+    if args.samples < args.global_batch:
+        p.error(f"--samples {args.samples} is less than one global batch ({args.global_batch}): no full step to "
+                "train; use more samples or a smaller --global-batch")
+    return args
+
+
+def writable_folder(folder: Path) -> Path:
+    """Create ``folder`` and check that files can be written there, before any training starts."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise SystemExit(f"error: --out {folder} is not a folder this process can write to "
+                         f"({exc.strerror}): choose another --out.") from None
+    return folder
+
+
+def save_atomic(save, path: Path) -> None:
+    """Write to a temporary file next to ``path``, then rename it: a run stopped mid-write leaves the
+    previous file (or none), never half of one."""
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")   # same suffix: np.savez keeps it
+    try:
+        save(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    writable_folder(args.out)
     # 1. Who am I? torchrun sets these; without it we are a world of one.
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -85,8 +123,6 @@ def main(argv=None) -> None:
 
 
 def train(args, rank: int, world_size: int, device: torch.device) -> None:
-    if args.global_batch % world_size:
-        raise SystemExit(f"--global-batch {args.global_batch} is not divisible by {world_size} processes")
     per_rank = args.global_batch // world_size
     data = make_data(args.samples)
     # 3. Each process gets its own shard: a permutation drawn alike everywhere (seed + epoch),
@@ -115,16 +151,16 @@ def train(args, rank: int, world_size: int, device: torch.device) -> None:
         if rank == 0:
             print(f"[rank 0] epoch {epoch + 1}: mean loss {(total[0] / total[1]).item():.5f} "
                   f"over {int(total[1].item())} samples", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
     weights = {k: v.detach().cpu() for k, v in ddp.module.state_dict().items()}
-    torch.save(weights, args.out / f"weights-rank{rank}.pt")      # for the notebook's comparison only
+    save_atomic(lambda f: torch.save(weights, f), args.out / f"weights-rank{rank}.pt")   # for the notebook only
     checksum = sum(float(v.double().sum()) for v in weights.values())
     print(f"[rank {rank}] trained on {len(sampler)} samples per epoch; weight checksum {checksum:.10f}\n",
           end="", flush=True)   # one write per line: the ranks share the output
     # 5. Checkpoint from rank 0 only: the copies are identical, and one writer avoids a clobbered file.
     if rank == 0:
-        torch.save({"model": weights, "optimizer": optimizer.state_dict(), "epochs": args.epochs,
-                    "world_size": world_size, "global_batch": args.global_batch}, args.out / "checkpoint.pt")
+        checkpoint = {"model": weights, "optimizer": optimizer.state_dict(), "epochs": args.epochs,
+                      "world_size": world_size, "global_batch": args.global_batch}
+        save_atomic(lambda f: torch.save(checkpoint, f), args.out / "checkpoint.pt")   # all or nothing
     dist.barrier()                        # nobody leaves before the checkpoint is written
     if args.bench_steps:
         bench(args, rank, world_size, device, ddp, optimizer, loss_fn, per_rank, data)
@@ -169,7 +205,7 @@ def bench(args, rank, world_size, device, ddp, optimizer, loss_fn, per_rank, dat
     if rank == 0:
         result = {"world_size": world_size, "step_s": with_sync, "no_sync_step_s": without, "weak_step_s": weak,
                   "per_rank_batch": per_rank, "global_batch": args.global_batch, "device": str(device)}
-        (args.out / "bench.json").write_text(json.dumps(result))
+        save_atomic(lambda f: f.write_text(json.dumps(result)), args.out / "bench.json")
         print(f"[rank 0] median step {with_sync * 1e3:.2f} ms; without all-reduce {without * 1e3:.2f} ms; "
               f"with {args.global_batch} samples per process {weak * 1e3:.2f} ms", flush=True)
 

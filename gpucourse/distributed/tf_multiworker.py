@@ -21,6 +21,8 @@ import json
 import os
 from pathlib import Path
 
+from gpucourse.distributed import PORT_CLASH
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -36,6 +38,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    from gpucourse.distributed.ddp_train import save_atomic, writable_folder
+
+    writable_folder(args.out)              # before the workers connect: fail at once, not after training
     from gpucourse.frameworks import import_tensorflow
 
     tf = import_tensorflow()
@@ -43,8 +48,15 @@ def main(argv=None) -> None:
     import numpy as np
 
     # 1. The cluster and this worker's place in it come from TF_CONFIG.
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {"index": 0})
+    config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+    task = config.get("task", {"index": 0})
+    try:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    except tf.errors.UnknownError as exc:           # e.g. "Could not start gRPC server"
+        address = config.get("cluster", {}).get("worker", ["?"] * (task["index"] + 1))[task["index"]]
+        raise SystemExit(f"error: worker {task['index']} could not listen on {address} ({exc.message}). "
+                         f"Most likely {PORT_CLASH}: another program holds that port. Choose new ports "
+                         "with free_ports() and start all workers again.") from None
     index, workers = task["index"], strategy.num_replicas_in_sync
     print(f"[worker {index}] {workers} replicas in sync", flush=True)
 
@@ -86,8 +98,7 @@ def main(argv=None) -> None:
         print(f"[worker {index}] epoch {epoch + 1}: mean loss {np.mean(losses):.5f} over {len(losses)} steps",
               flush=True)
     weights = [v.numpy() for v in model.weights]
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out / f"weights-worker{index}.npz", *weights)
+    save_atomic(lambda f: np.savez(f, *weights), args.out / f"weights-worker{index}.npz")
     print(f"[worker {index}] weight checksum {sum(float(v.astype('float64').sum()) for v in weights):.10f}",
           flush=True)
 
