@@ -32,7 +32,7 @@ import weakref
 from fractions import Fraction
 from unittest import mock
 
-from ..exercises import (Exercise, NotDone, Wrong, as_number, call_answer, is_blank, mentions_blank,
+from ..exercises import (Exercise, NotDone, Wrong, as_number, call_answer, describe, is_blank, mentions_blank,
                          require_function, solution_link)
 
 NOTEBOOK = "05-gpu-memory.ipynb"
@@ -40,15 +40,6 @@ GIB, MIB = 2**30, 2**20
 
 
 # --- helpers ---------------------------------------------------------------------------
-
-def _describe(value) -> str:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return f"a torch.Tensor of shape {tuple(value.shape)}"
-    return f"{type(value).__name__} {value!r}"[:120]
-
-
 
 def _constant(values, expected) -> bool:
     """True when the learner gave one answer for every case, though the right answers differ."""
@@ -334,9 +325,6 @@ q2 = Exercise("ep05.q2", _check_max_batch,
 
 # --- q3: an out-of-memory-safe search for the largest batch ----------------------------------
 
-_collect = gc.collect
-
-
 class _TooManyTrials(BaseException):
     """Stops a search that will not end (BaseException: an `except Exception` cannot swallow it)."""
 
@@ -461,17 +449,11 @@ def _check_largest_batch(largest_batch):
     import torch
 
     require_function(largest_batch, "largest_batch")
-    # A full gc.collect() takes tens of milliseconds with PyTorch loaded, and a search calls it after every
-    # trial; the simulated GPU frees by reference counting, so a young-generation collection does the same here.
     # Both calls are counted, so that the simulated GPU can tell whether they ran between a failure and a retry.
-    # A learner may also call functions bound before the check began (`from gc import collect`, `from torch.cuda
-    # import empty_cache`): a full collection is seen through gc.callbacks, and the real empty_cache through the
-    # is_initialized() it asks first.
+    # Full collections are seen through gc.callbacks, however gc.collect was imported (objects alive before the
+    # check are frozen, so each takes milliseconds); empty_cache is replaced, and the real one, bound before the
+    # check began (`from torch.cuda import empty_cache`), is seen through the is_initialized() it asks first.
     cleanups = {"collect": 0, "empty_cache": 0}
-
-    def collect(generation=2):
-        cleanups["collect"] += 1
-        return _collect(0)
 
     def empty_cache():
         cleanups["empty_cache"] += 1
@@ -490,7 +472,6 @@ def _check_largest_batch(largest_batch):
         return real_is_initialized()
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(gc, "collect", collect))
         stack.enter_context(mock.patch.object(torch.cuda, "empty_cache", empty_cache))
         if real_is_initialized is not None:
             stack.enter_context(mock.patch.object(cuda_memory, "is_initialized", is_initialized))
@@ -777,7 +758,7 @@ def _check_accumulation(accumulated_step):
         if result is None:
             raise Wrong(f"{what} returned None: did you forget `return total`?")
         if isinstance(result, torch.Tensor):
-            raise Wrong(f"{what} returned {_describe(result)}; return the batch's loss as a float (add up "
+            raise Wrong(f"{what} returned {describe(result)}; return the batch's loss as a float (add up "
                         "loss.item() of the weighted micro-batch losses).")
         value = as_number(f"the loss that {what} returned", result)
         if not math.isclose(value, full_loss, rel_tol=1e-4, abs_tol=1e-6):
@@ -885,7 +866,7 @@ def _check_choose(choose):
     for description, budget, options, expected, got, what in answers:
         if got is not None and not isinstance(got, str):
             names = ", ".join(repr(n) for n in options)
-            raise Wrong(f"{what} returned {_describe(got)}; return the NAME of the option (one of {names}), "
+            raise Wrong(f"{what} returned {describe(got)}; return the NAME of the option (one of {names}), "
                         "or None if none fits.")
         if expected is None and got is not None:
             if got == "":
