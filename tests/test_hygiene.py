@@ -37,21 +37,31 @@ def test_no_outputs_unless_tagged(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_colab_badge_matches_path_and_config(path):
+def test_colab_and_kaggle_badges_match_path_and_config(path):
     first = _nb(path).cells[0].source
     rel = path.relative_to(ROOT).as_posix()
     assert coursetools.badge(REPO, BRANCH, rel) in first, (
-        f"the first cell needs the Colab badge for {rel} on {REPO}@{BRANCH}; run `make sync`")
+        f"the first cell needs the Colab and Kaggle badges for {rel} on {REPO}@{BRANCH}; run `make sync`")
+    github = f"https://github.com/{REPO}/blob/{BRANCH}/{rel}"
+    assert f"(https://www.kaggle.com/kernels/welcome?src={github})" in first
+    assert f"(https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/{rel})" in first
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_setup_cell_installs_only_the_course_package(path):
-    setup = [c for c in _nb(path).cells if "colab-setup" in c.metadata.get("tags", [])]
-    assert len(setup) == 1, "exactly one cell tagged colab-setup"
-    src = setup[0].source
-    assert '"google.colab" in sys.modules' in src
+def test_setup_cell_is_the_synced_one(path):
+    setup = [c for c in _nb(path).cells if coursetools.SETUP_TAG in c.metadata.get("tags", [])]
+    assert len(setup) == 1, f"exactly one cell tagged {coursetools.SETUP_TAG}"
+    assert setup[0].source == coursetools.setup_cell(REPO, BRANCH), "the setup cell differs; run `make sync`"
+
+
+def test_setup_cell_installs_only_the_course_package_on_colab_and_kaggle():
+    src = coursetools.setup_cell(REPO, BRANCH)
+    assert '"google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ' in src
     assert f'"gpucourse @ {coursetools.pip_spec(REPO, BRANCH)}"' in src
-    assert not re.search(r"^\s*[%!]pip install[^\n]*\b(torch|tensorflow|keras)\b", src, re.M), "never reinstall frameworks in Colab"
+    pip_args = re.findall(r'"([^"]*)"', re.search(r"subprocess\.run\(\[(.*?)\]", src, re.S)[1])
+    assert pip_args == ["-m", "pip", "install", "--quiet", f"gpucourse @ {coursetools.pip_spec(REPO, BRANCH)}"], (
+        "the setup cell installs the helper and nothing else (never a framework Colab or Kaggle has)")
+    assert len(src.splitlines()) <= 10, "keep the setup cell short enough to read"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

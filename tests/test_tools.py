@@ -40,14 +40,59 @@ def test_unbalanced_markers_fail_loudly(src):
         coursetools.make_exercise(_nb(nbformat.v4.new_code_cell(src)), "exercises/01-x.ipynb", "o/r", "main")
 
 
-def test_sync_rewrites_badge_and_pip_line():
-    badge = coursetools.badge("old/repo", "dev", "episodes/01-x.ipynb")
-    setup = '%pip install --quiet "gpucourse @ git+https://github.com/old/repo@dev"'
-    nb = _nb(nbformat.v4.new_markdown_cell(badge), nbformat.v4.new_code_cell(setup))
+COLAB_ONLY_BADGE = ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+                    "(https://colab.research.google.com/github/old/repo/blob/dev/episodes/01-x.ipynb)")
+OLD_SETUP = ('# In Colab, install the course helper package.\nimport sys\nif "google.colab" in sys.modules:\n'
+             '    %pip install --quiet "gpucourse @ git+https://github.com/old/repo@dev"')
+
+
+@pytest.mark.parametrize("first", [COLAB_ONLY_BADGE, coursetools.badge("old/repo", "dev", "episodes/01-x.ipynb")],
+                         ids=["colab badge only", "colab and kaggle badges"])
+def test_sync_rewrites_badges_and_setup_cell(first):
+    setup = nbformat.v4.new_code_cell(OLD_SETUP, metadata={"tags": [coursetools.SETUP_TAG]})
+    other = nbformat.v4.new_code_cell('print("git+https://github.com/old/repo@dev")')
+    nb = _nb(nbformat.v4.new_markdown_cell(f"# 1. X\n\n{first}\n\ntext"), setup, other)
     assert coursetools.sync_notebook(nb, "episodes/01-x.ipynb", "new/fork", "main")
-    assert "github/new/fork/blob/main/episodes/01-x.ipynb" in nb.cells[0].source
-    assert "git+https://github.com/new/fork@main" in nb.cells[1].source
+    assert nb.cells[0].source == "# 1. X\n\n" + coursetools.badge("new/fork", "main", "episodes/01-x.ipynb") + "\n\ntext"
+    assert "](https://www.kaggle.com/kernels/welcome?src=https://github.com/new/fork/blob/main/episodes/01-x.ipynb)" in (
+        nb.cells[0].source)
+    assert nb.cells[1].source == coursetools.setup_cell("new/fork", "main")
+    assert '"gpucourse @ git+https://github.com/new/fork@main"' in nb.cells[1].source
+    assert nb.cells[2].source == other.source, "only the tagged setup cell is rewritten"
     assert not coursetools.sync_notebook(nb, "episodes/01-x.ipynb", "new/fork", "main")
+
+
+def _run_setup_cell(before: str, spec_to: str):
+    """Run the setup cell in a fresh kernel after ``before``, installing from ``spec_to``."""
+    from nbclient import NotebookClient
+
+    source = coursetools.setup_cell("o/r", "main").replace("git+https://github.com/o/r@main", spec_to)
+    nb = _nb(nbformat.v4.new_code_cell(before), nbformat.v4.new_code_cell(source),
+             nbformat.v4.new_code_cell('print("installed" if "pip" in dir() else "skipped")'))
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    return nb.cells[1].outputs, "".join(o.get("text", "") for o in nb.cells[2].outputs)
+
+
+def test_setup_cell_on_kaggle_without_internet_names_the_switch():
+    outputs, _ = _run_setup_cell('import os; os.environ["KAGGLE_KERNEL_RUN_TYPE"] = "Interactive"',
+                                 "file:///no/such/gpucourse")
+    errors = [o for o in outputs if o.output_type == "error"]
+    assert len(errors) == 1 and errors[0].ename == "SystemExit", outputs
+    assert "open Settings in the notebook's right panel, turn Internet on" in errors[0].evalue
+    assert "Traceback" not in "".join(errors[0].traceback), "a pip traceback instead of the switch to turn on"
+
+
+def test_setup_cell_on_colab_shows_pips_error():
+    outputs, _ = _run_setup_cell('import sys, types; sys.modules["google.colab"] = types.ModuleType("google.colab")',
+                                 "file:///no/such/gpucourse")
+    errors = [o for o in outputs if o.output_type == "error"]
+    assert len(errors) == 1 and "/no/such/gpucourse" in errors[0].evalue, outputs
+    assert "Internet on" not in errors[0].evalue
+
+
+def test_setup_cell_does_nothing_locally():
+    outputs, after = _run_setup_cell("import os; os.environ.pop('KAGGLE_KERNEL_RUN_TYPE', None)", "file:///no/such")
+    assert outputs == [] and after.strip() == "skipped"
 
 
 def test_exercises_in_sync_with_solutions():

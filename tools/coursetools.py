@@ -1,9 +1,10 @@
 """Shared logic for the maintenance scripts in ``tools/``.
 
 The repository URL and branch are set once, in ``_config.yml``
-(``repository.url`` and ``repository.branch``). Notebooks carry two copies that
-must follow it: the "Open in Colab" badge and the Colab setup cell's
-``%pip install`` line. ``sync_repo_url.py`` rewrites them; the tests check them.
+(``repository.url`` and ``repository.branch``). Notebooks carry copies that
+must follow it: the "Open in Colab" and "Open in Kaggle" badges of the first
+cell and the setup cell's pip install of the helper. ``sync_repo_url.py``
+rewrites them; the tests check them.
 
 Exercise notebooks are generated from ``solutions/`` by removing what lies
 between solution markers:
@@ -29,11 +30,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIRS = ("episodes", "exercises", "solutions")
 
+# The Colab badge, optionally followed by the Kaggle one: both are rewritten together.
 BADGE_RE = re.compile(
     r"\[!\[Open In Colab\]\(https://colab\.research\.google\.com/assets/colab-badge\.svg\)\]"
     r"\(https://colab\.research\.google\.com/github/(?P<repo>[^/]+/[^/]+)/blob/(?P<branch>[^/]+)/(?P<path>[^)]+)\)"
+    r"(?:[ \t]*\[!\[Open in Kaggle\]\([^)]*\)\]\(https://www\.kaggle\.com/kernels/welcome\?src=[^)]+\))?"
 )
-PIP_RE = re.compile(r"git\+https://github\.com/(?P<repo>[^/@\s\"']+/[^/@\s\"']+?)(?:\.git)?@(?P<branch>[^\s\"'#]+)")
 
 CODE_BEGIN, CODE_END, CODE_STUB = "### BEGIN SOLUTION", "### END SOLUTION", "### STUB:"
 MD_BEGIN, MD_END = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"
@@ -59,11 +61,24 @@ def toc_files(toc_path: Path = ROOT / "_toc.yml") -> list[str]:
     return files
 
 
+def github_url(repo: str, branch: str, path: str) -> str:
+    """The notebook's page on GitHub, which Colab and Kaggle open."""
+    return f"https://github.com/{repo}/blob/{branch}/{path}"
+
+
+def colab_url(repo: str, branch: str, path: str) -> str:
+    return f"https://colab.research.google.com/github/{repo}/blob/{branch}/{path}"
+
+
+def kaggle_url(repo: str, branch: str, path: str) -> str:
+    return f"https://www.kaggle.com/kernels/welcome?src={github_url(repo, branch, path)}"
+
+
 def badge(repo: str, branch: str, path: str) -> str:
-    """Markdown for an "Open in Colab" badge of the notebook at ``path``."""
+    """Markdown for the "Open in Colab" and "Open in Kaggle" badges of the notebook at ``path``."""
     return (
-        "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-        f"(https://colab.research.google.com/github/{repo}/blob/{branch}/{path})"
+        f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(repo, branch, path)}) "
+        f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]({kaggle_url(repo, branch, path)})"
     )
 
 
@@ -71,19 +86,41 @@ def pip_spec(repo: str, branch: str) -> str:
     return f"git+https://github.com/{repo}@{branch}"
 
 
+SETUP_TAG = "colab-setup"
+
+
+def setup_cell(repo: str, branch: str) -> str:
+    """The setup cell (tagged ``colab-setup``) of every notebook: on Colab or Kaggle, install the helper.
+
+    Plain Python, not ``%pip``, so that a failed install is noticed: on Kaggle it
+    most often means the notebook's Internet switch is off, and the cell says so.
+    """
+    return f"""\
+# On Colab or Kaggle, install the course helper package (torch and TensorFlow are already there).
+import os, subprocess, sys
+if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                          "gpucourse @ {pip_spec(repo, branch)}"], capture_output=True, text=True)
+    if pip.returncode and "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+        sys.exit("pip could not install the course helper. On Kaggle, open Settings in the notebook's right panel, turn "
+                 "Internet on (this needs a phone-verified account), then run this cell again.")
+    if pip.returncode:
+        sys.exit(pip.stderr)"""
+
+
 def notebooks(root: Path = ROOT) -> list[Path]:
     return sorted(p for d in NOTEBOOK_DIRS for p in (root / d).glob("*.ipynb"))
 
 
 def sync_notebook(nb, rel_path: str, repo: str, branch: str) -> bool:
-    """Point badges and setup-cell installs of ``nb`` at ``repo``/``branch``. True if changed."""
+    """Point the badges of ``nb`` at ``repo``/``branch`` and write its setup cell. True if changed."""
     changed = False
     for cell in nb.cells:
         src = cell.source
         if cell.cell_type == "markdown":
             src = BADGE_RE.sub(lambda m: badge(repo, branch, rel_path), src)
-        elif cell.cell_type == "code":
-            src = PIP_RE.sub(lambda m: pip_spec(repo, branch), src)
+        elif cell.cell_type == "code" and SETUP_TAG in cell.metadata.get("tags", []):
+            src = setup_cell(repo, branch)
         if src != cell.source:
             cell.source = src
             changed = True

@@ -1,5 +1,6 @@
-"""Point every notebook's Colab badge and setup-cell install at the repository
-named in _config.yml (repository.url, repository.branch).
+"""Point every notebook's Colab and Kaggle badges at the repository named in
+_config.yml (repository.url, repository.branch), and write its setup cell (the
+cell tagged colab-setup: on Colab or Kaggle, pip install the helper from there).
 
     python tools/sync_repo_url.py          # rewrite notebooks in place
     python tools/sync_repo_url.py --check  # exit 1 if any notebook disagrees
