@@ -49,8 +49,8 @@ class CudaMeter:
 
     Parameters
     ----------
-    device : torch.device or str
-        A CUDA device, for example ``torch.device("cuda", 0)``.
+    device : torch.device, str or int
+        A CUDA device: ``torch.device("cuda")`` (the current one), ``"cuda:1"`` or ``1``.
     """
 
     kind = "cuda"
@@ -58,9 +58,12 @@ class CudaMeter:
     def __init__(self, device):
         import torch
 
-        self.device = torch.device(device)
+        self.device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         if self.device.type != "cuda":
             raise ValueError(f"CudaMeter needs a CUDA device, got {self.device}; use TensorMeter on a CPU.")
+        if self.device.index is None:
+            # Some torch.cuda calls (set_per_process_memory_fraction) reject a device without an index.
+            self.device = torch.device("cuda", torch.cuda.current_device())
 
     def __enter__(self):
         return self  # the CUDA allocator counts everything anyway
@@ -114,8 +117,9 @@ class CudaMeter:
         allocator reserves on the device (cached blocks count too). What it still holds after
         ``free_cache()`` (live tensors, the cuBLAS workspace) is added to ``nbytes``, so that the budget is
         for what the block creates, as a ``TensorMeter``'s is. The fraction is set back to 1 afterwards.
-        The allocator reserves in segments (2 MiB for small tensors, 20 MiB or more for larger ones), so a
-        GPU runs out somewhat earlier than the same budget on a CPU.
+        The allocator reserves in segments: requests up to 1 MiB share 2 MiB segments, requests of 1–10 MiB
+        share 20 MiB segments, and larger ones get a segment of their own rounded up to a multiple of 2 MiB
+        (``CUDACachingAllocator.cpp``), so a GPU runs out somewhat earlier than the same budget on a CPU.
         """
         import torch
 

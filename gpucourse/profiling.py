@@ -46,15 +46,31 @@ class SlowShards:
         return self.X[rows], self.y[rows]
 
 
+def _counts_on_device(event) -> bool:
+    """True for the rows that hold a GPU's own time: kernels, copies and memsets.
+
+    Under Kineto a CPU op (``aten::addmm``) also carries the time of the kernels it launched, and a
+    ``record_function`` label gets a GPU row spanning its whole region; counting either would count
+    kernel time twice. PyTorch's own table keeps only CUDA events that are not user annotations
+    (``_build_table`` in torch/autograd/profiler_util.py); so does this one.
+    """
+    import torch
+
+    return event.device_type == torch.autograd.DeviceType.CUDA and not getattr(event, "is_user_annotation", False)
+
+
 def self_time_table(prof, top: int = 8, device: bool = False) -> str:
     """The ``top`` ops of a ``torch.profiler`` profile by self time, as a short text table.
 
-    ``device=True`` sorts by time on the GPU (self_device_time_total) instead of the CPU.
+    ``device=True`` lists what ran on the GPU (kernels, copies) by their time there
+    (``self_device_time_total``), with shares of the GPU's busy time; otherwise ops by their
+    self time on the CPU.
     """
     key = "self_device_time_total" if device else "self_cpu_time_total"
-    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[:top]
-    total = sum(getattr(e, key) for e in prof.key_averages()) or 1.0
-    lines = [f"{'op':<44} {'calls':>6} {'self ms':>9} {'share':>6}"]
+    rows = [e for e in prof.key_averages() if _counts_on_device(e)] if device else list(prof.key_averages())
+    events = sorted(rows, key=lambda e: getattr(e, key), reverse=True)[:top]
+    total = sum(getattr(e, key) for e in rows) or 1.0
+    lines = [f"{'op' if not device else 'kernel or copy':<44} {'calls':>6} {'self ms':>9} {'share':>6}"]
     for e in events:
         lines.append(f"{e.key[:44]:<44} {e.count:>6} {getattr(e, key) / 1e3:>9.2f} {getattr(e, key) / total:>6.0%}")
     return "\n".join(lines)

@@ -69,30 +69,35 @@ class Band:
 def band(name: str, device_name: str | None) -> Band | None:
     """The expected band of key figure ``name`` (``"ep01.matmul_fp16_tflops"``) on ``device_name``.
 
-    A measured reference of the same model wins over the datasheet-derived band
-    (±15 % around the measurement); None when neither exists.
+    A figure that is the same on every GPU (``absolute`` in the bands file, e.g. bytes per
+    parameter or an estimate's error) has one band everywhere. Otherwise a measured reference of
+    the same model wins over the datasheet-derived band (±15 % around the measurement, so only for
+    figures clearly away from zero); None when neither exists or the datasheet has no figure for it.
     """
     model, spec = gpu_model(device_name)
     short = name.split(".", 1)[-1]
     absolute = bands().get("absolute", {}).get(short)
-    if model is None:
-        if absolute is None or not device_name:
+    if absolute is not None:
+        if not device_name:
             return None
-        model = device_name   # a figure that is the same on every GPU needs no datasheet
+        return Band(absolute["low"], absolute["high"], model or device_name, "derived", absolute["why"],
+                    tuple(absolute.get("reasons", ())))
+    if model is None:
+        return None
     for record in records():
         if gpu_model(record["hardware"].get("gpu_name"))[0] == model:
             value = (gpu_figure(record, name) or {}).get("value")
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                return Band(0.85 * value, 1.15 * value, model, "measured",
+            if isinstance(value, (int, float)) and math.isfinite(value) and value != 0:
+                low, high = sorted((0.85 * value, 1.15 * value))
+                return Band(low, high, model, "measured",
                             f"make gpu-check on {record['hardware']['gpu_name']}, {record['date']}, ±15 %")
-    if absolute is not None:  # a figure that does not depend on the GPU model, such as bytes per parameter
-        return Band(absolute["low"], absolute["high"], model, "derived", absolute["why"],
-                    tuple(absolute.get("reasons", ())))
     rule = bands()["fractions"].get(short)
     if rule is None:
         return None
     rule = {**rule, **spec.get("overrides", {}).get(short, {})}
-    peak = spec[rule["of"]]
+    peak = spec.get(rule["of"])
+    if peak is None:   # e.g. no PCIe link to the host on a GH200
+        return None
     return Band(rule["low"] * peak, rule["high"] * peak, model, "derived",
                 f"{rule['low']:.0%}–{rule['high']:.0%} of the datasheet's {peak:g} ({rule['of']}); "
                 f"{rule['why']}; {spec['source']}")
@@ -175,8 +180,8 @@ def validate(record: dict) -> dict:
     for nb in record["notebooks"]:
         if not {"notebook", "outcome", "seconds"} <= set(nb):
             raise ValueError(f"notebook entry {nb} lacks notebook/outcome/seconds")
-        if nb["outcome"] not in ("ok", "failed", "skipped", "timeout"):
-            raise ValueError(f"outcome {nb['outcome']!r} of {nb['notebook']} is not ok/failed/skipped/timeout")
+        if nb["outcome"] not in ("ok", "incomplete", "failed", "skipped", "timeout"):
+            raise ValueError(f"outcome {nb['outcome']!r} of {nb['notebook']} is not ok/incomplete/failed/skipped/timeout")
     for name, figure in record["figures"].items():
         if not {"value", "unit", "notebook"} <= set(figure):
             raise ValueError(f"figure {name} lacks value/unit/notebook")

@@ -64,7 +64,7 @@ class ReferenceRecords(SphinxDirective):
         summary = []
         for r in records:
             outcomes = [n["outcome"] for n in r["notebooks"]]
-            done = ", ".join(f"{outcomes.count(o)} {o}" for o in ("ok", "skipped", "failed", "timeout")
+            done = ", ".join(f"{outcomes.count(o)} {o}" for o in ("ok", "incomplete", "skipped", "failed", "timeout")
                              if outcomes.count(o))
             software = ", ".join(f"{k} {r['software'][k]}" for k in ("torch", "tensorflow")
                                  if r.get("software", {}).get(k))

@@ -1,0 +1,171 @@
+"""The branches that run only on a GPU, executed on the CPU under the fake CUDA runtime.
+
+`gpucourse.fakecuda` replaces only the lowest layer (torch._C's CUDA entry points, cudaMemGetInfo,
+nvidia-smi, TensorFlow's GPU list); torch.cuda's Python wrappers stay real, so a wrong argument fails
+here as it does on a GPU. Each test names the review finding (D1–D10) it would have caught.
+"""
+import json
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from gpucourse import device as gdevice
+from gpucourse import memory, reference
+from gpucourse.fakecuda import MODELS, fake_gpu, segment_size
+from gpucourse.profiling import self_time_table
+
+MIB, GIB = 2**20, 2**30
+
+
+# --------------------------------------------------------------------------- the fake itself
+
+def test_the_fake_keeps_torchs_own_checks():
+    """An index-less device where torch requires an index fails under the fake exactly as on a GPU (D1)."""
+    with fake_gpu("T4"):
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 1
+        assert torch.cuda.get_device_name(torch.device("cuda")) == "Tesla T4"
+        with pytest.raises(ValueError, match="specified index"):
+            torch.cuda.set_per_process_memory_fraction(0.5, torch.device("cuda"))
+        with pytest.raises(AssertionError, match="Invalid device id"):
+            torch.cuda.get_device_properties(1)
+    assert not torch.cuda.is_available()            # everything restored
+
+
+def test_visible_devices_are_what_cuda_shows():
+    with fake_gpu("A100", 8, visible="3,5"):
+        assert torch.cuda.device_count() == 2
+        names = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                               capture_output=True, text=True, check=True).stdout.split()
+        assert names == [str(i) for i in range(8)]  # nvidia-smi ignores CUDA_VISIBLE_DEVICES
+    with fake_gpu("T4", 2, visible="1,7,0"):        # CUDA stops at the first invalid entry
+        assert torch.cuda.device_count() == 1
+
+
+def test_the_fake_allocator_reserves_segments_and_runs_out():
+    assert segment_size(100) == 2 * MIB and segment_size(3 * MIB) == 20 * MIB
+    assert segment_size(12 * MIB) == 12 * MIB and segment_size(13 * MIB + 1) == 14 * MIB
+    with fake_gpu("T4") as gpu:
+        gpu.allocate(12 * MIB)
+        assert (torch.cuda.memory_allocated(0), torch.cuda.memory_reserved(0)) == (12 * MIB, 12 * MIB)
+        torch.cuda.set_per_process_memory_fraction(20 * MIB / MODELS["T4"]["total_memory"], 0)
+        with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate 10.00 MiB"):
+            gpu.allocate(10 * MIB)
+
+
+# --------------------------------------------------------------------------- D1: the memory meter
+
+@pytest.mark.parametrize("spec, index", [(torch.device("cuda"), 0), ("cuda", 0), ("cuda:1", 1), (1, 1)])
+def test_cuda_meter_takes_every_way_of_naming_a_device(spec, index):
+    with fake_gpu("T4", 2) as gpu:
+        meter = memory.meter_for(spec) if not isinstance(spec, int) else memory.CudaMeter(spec)
+        assert meter.device == torch.device("cuda", index)
+        gpu.allocate(3 * MIB, device=index)
+        assert meter.allocated() == 3 * MIB and meter.reserved() == 20 * MIB
+        with meter.budget(100 * MIB):             # the call that stopped Run all in episode 5 (D1)
+            fraction = torch.cuda.get_per_process_memory_fraction(index)
+            assert fraction == pytest.approx((20 * MIB + 100 * MIB) / MODELS["T4"]["total_memory"])
+        assert torch.cuda.get_per_process_memory_fraction(index) == 1.0
+
+
+def test_a_cuda_budget_raises_the_gpus_error_beyond_it():
+    with fake_gpu("H100") as gpu:
+        meter = memory.meter_for(torch.device("cuda"))
+        with meter.budget(64 * MIB):
+            gpu.allocate(40 * MIB)
+            with pytest.raises(torch.OutOfMemoryError):
+                gpu.allocate(40 * MIB)
+        gpu.allocate(40 * MIB)                      # the budget is gone after the block
+        assert meter.peak() == 80 * MIB
+        meter.reset_peak()
+        assert meter.total() == MODELS["H100"]["total_memory"] and "memory summary" in meter.summary()
+
+
+def test_a_budget_larger_than_the_gpu_is_named():
+    with fake_gpu("T4"):
+        with pytest.raises(ValueError, match="more than the device"):
+            with memory.meter_for("cuda").budget(20 * GIB):
+                pass
+
+
+# --------------------------------------------------------------------------- D4: the profiler table
+
+def _event(key, device_type, self_device_us, self_cpu_us=0.0, count=1, user=False):
+    return SimpleNamespace(key=key, device_type=device_type, self_device_time_total=self_device_us,
+                           self_cpu_time_total=self_cpu_us, count=count, is_user_annotation=user)
+
+
+def test_the_gpu_table_counts_each_kernel_once_and_no_annotation():
+    """Kineto's shape: the aten op carries its kernel's time too, and a record_function label gets a GPU row."""
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+    events = [_event("aten::addmm", cpu, 900.0, 50.0, 3), _event("ampere_sgemm_128x64_tn", cuda, 900.0, count=3),
+              _event("train_step", cuda, 2500.0, user=True), _event("train_step", cpu, 0.0, 400.0, user=True),
+              _event("Memcpy HtoD (Pageable -> Device)", cuda, 100.0, count=3)]
+    prof = SimpleNamespace(key_averages=lambda: events)
+    rows = self_time_table(prof, device=True).splitlines()[1:]
+    assert [r.split()[0] for r in rows] == ["ampere_sgemm_128x64_tn", "Memcpy"]
+    assert rows[0].split()[-1] == "90%" and rows[1].split()[-1] == "10%"   # shares of 1000 µs, not of 4400
+    cpu_rows = self_time_table(prof).splitlines()[1:]
+    assert cpu_rows[0].split()[0] == "train_step"                          # the CPU table is unchanged
+
+
+# --------------------------------------------------------------------------- D7, D9: bands
+
+@pytest.fixture
+def records_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCOURSE_REFERENCE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _record(folder, gpu_name, **figures):
+    record = {"schema": 1, "date": "2026-11-20", "device": "test", "hardware": {"gpu_name": gpu_name},
+              "software": {}, "notebooks": [{"notebook": "episodes/05.ipynb", "outcome": "ok", "seconds": 1.0}],
+              "figures": {k: {"value": v, "unit": "", "device": gpu_name, "notebook": "episodes/05.ipynb"}
+                          for k, v in figures.items()}}
+    (folder / "t4.json").write_text(json.dumps(record))
+
+
+def test_a_measured_band_of_a_negative_figure_is_not_inverted(records_dir):
+    _record(records_dir, "Tesla T4", **{"ep05.some_change_pct": -20.0, "ep05.zero_pct": 0.0})
+    expected = reference.band("ep05.some_change_pct", "Tesla T4")
+    assert (expected.low, expected.high) == pytest.approx((-23.0, -17.0))
+    assert "✓ inside" in reference.verdict("ep05.some_change_pct", -19.0, "%", "Tesla T4")
+    assert reference.band("ep05.zero_pct", "Tesla T4") is None     # ±15 % of nothing is no band
+
+
+@pytest.mark.parametrize("name, model", [
+    ("Tesla T4", "Tesla T4"), ("NVIDIA L4", "NVIDIA L4"), ("Tesla V100-SXM2-16GB", "Tesla V100 SXM2"),
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM"), ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB"),
+    ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 40GB"),
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"), ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"),
+    ("NVIDIA H100 NVL", "NVIDIA H100 NVL"), ("NVIDIA H200", "NVIDIA H200"), ("NVIDIA H200 NVL", "NVIDIA H200"),
+    ("NVIDIA GH200 480GB", "NVIDIA GH200"), ("NVIDIA L40S", None), ("NVIDIA GeForce RTX 4090", None),
+])
+def test_every_gpu_name_finds_its_own_datasheet(name, model):
+    assert reference.gpu_model(name)[0] == model
+
+
+def test_every_model_in_the_bands_file_matches_its_own_fake_name():
+    for key, spec in MODELS.items():
+        assert reference.gpu_model(spec["name"])[0] is not None, key
+
+
+def test_a_gh200_gets_no_pcie_band_for_its_nvlink_copies(records_dir):
+    """D9: 'GH200' used to match 'H200', and its NVLink-C2C copies were judged against PCIe."""
+    assert reference.band("ep01.h2d_gbs", "NVIDIA GH200 480GB") is None
+    assert reference.band("ep01.matmul_fp32_tflops", "NVIDIA GH200 480GB").high == pytest.approx(0.95 * 67)
+    assert reference.band("ep01.bandwidth_gbs", "NVIDIA H100 NVL").high == pytest.approx(0.92 * 3900)
+
+
+# --------------------------------------------------------------------------- device report and nvidia-smi
+
+def test_the_device_report_on_two_fake_t4s():
+    with fake_gpu("T4", 2, tensorflow=True):
+        torch_rep, tf_rep = gdevice.report()
+        assert [g.name for g in torch_rep.gpus] == ["Tesla T4", "Tesla T4"]
+        assert torch_rep.gpus[0].compute_capability == "7.5" and round(torch_rep.gpus[0].memory_gib, 2) == 14.74
+        assert tf_rep.gpu_count == 2 and tf_rep.gpus[1].name == "Tesla T4"
+        text = gdevice.format_report([torch_rep, tf_rep])
+        assert "NO GPU FOUND" not in text and "[1] Tesla T4 · 14.7 GiB" in text
+        assert "Tesla T4" in gdevice.nvidia_smi()
