@@ -1,27 +1,39 @@
 # GPUs for Machine Learning — common tasks. Everything runs inside .venv/.
 #   make book   build the website into _build/html (executes the episodes)
 #   make test   run every check CI runs (quick + offline mode), the browser tests included
-#   make test-colab   the notebooks again, in an environment with Google Colab's versions
+#   make test-colab   the notebooks again, with the versions of Google Colab's default runtime
+#                     (RUNTIME=previous: Colab's previous runtime)
 PYTHON ?= python3
-# Colab's Python (3.12): found on PATH or in pyenv unless given, e.g. COLAB_PYTHON=/usr/bin/python3.12
-COLAB_PYTHON ?= $(firstword $(foreach p,python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) \
-                  /usr/bin/python3.12 /usr/local/bin/python3.12,\
-                  $(shell $(p) -c 'import sys; sys.version_info[:2] == (3, 12) and print(sys.executable)' 2>/dev/null)))
+# Which Colab runtime `make test-colab` copies: current (Colab's default) or previous.
+RUNTIME ?= current
+COLAB_CONSTRAINTS := colab/$(RUNTIME)/constraints.txt
+# That runtime's Python minor version, read from its constraints' header ("# Python 3.13.15; ...").
+COLAB_PY_VERSION = $(shell sed -n 's/^# Python \(3\.[0-9]*\)\..*/\1/p' $(COLAB_CONSTRAINTS) | head -n 1)
+# Its Python: found on PATH or in pyenv unless given, e.g. COLAB_PYTHON=/usr/bin/python3.13
+COLAB_PYTHON ?= $(firstword $(foreach p,python$(COLAB_PY_VERSION) \
+                  $(wildcard $(HOME)/.pyenv/versions/$(COLAB_PY_VERSION).*/bin/python$(COLAB_PY_VERSION)) \
+                  /usr/bin/python$(COLAB_PY_VERSION) /usr/local/bin/python$(COLAB_PY_VERSION),\
+                  $(shell $(p) -c 'import sys; "%d.%d" % sys.version_info[:2] == "$(COLAB_PY_VERSION)" and print(sys.executable)' 2>/dev/null)))
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 QUICK  := GPUCOURSE_QUICK=1 GPUCOURSE_OFFLINE=1
-COLAB_VENV  := .venv-colab
+COLAB_VENV  := .venv-colab-$(RUNTIME)
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 NOTEBOOK_TESTS := -p no:cacheprovider -n 2 --dist loadfile --nbval-lax
 
-.PHONY: install browser book test test-colab gpu-check lint exercises sync clean help
+# A runtime named wrong stops here, before anything is built.
+_ := $(if $(wildcard $(COLAB_CONSTRAINTS)),,$(if $(filter test-colab,$(MAKECMDGOALS)),$(error RUNTIME=$(RUNTIME): there is no $(COLAB_CONSTRAINTS); the runtimes are: $(patsubst colab/%/constraints.txt,%,$(wildcard colab/*/constraints.txt))))))
+
+.PHONY: install lab browser book test test-colab gpu-check lint exercises sync clean help
 
 help:
 	@echo "make install    create .venv and install the pinned requirements"
+	@echo "make lab        open the course in JupyterLab (LAB_ARGS=--no-browser etc. are passed on)"
 	@echo "make book       build the site into _build/html (executes notebooks, cached)"
 	@echo "make test       run all tests in quick+offline mode (what CI runs); finds or installs Chromium"
-	@echo "make test-colab run every notebook with Google Colab's package versions (.venv-colab)"
+	@echo "make test-colab run every notebook with the versions of Colab's default runtime (.venv-colab-current)"
+	@echo "                RUNTIME=previous: the same with Colab's previous runtime (.venv-colab-previous)"
 	@echo "make gpu-check  run every episode at this machine's size; write gpucourse/references/<device>.json"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make sync       point Colab badges and setup cells at the repo in _config.yml"
@@ -38,6 +50,10 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --no-deps -e .
 	touch $(STAMP)
 
+# JupyterLab on this folder, the first episode open; its notebooks run on .venv's Python.
+lab: $(STAMP)
+	$(VENV)/bin/jupyter-lab --ServerApp.root_dir="$(CURDIR)" $(LAB_ARGS) episodes/01-what-is-a-gpu.ipynb
+
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
 	@echo "Open _build/html/index.html in a browser."
@@ -48,16 +64,17 @@ browser: $(STAMP)
 test: $(STAMP) browser
 	$(QUICK) $(PY) -m pytest $(NOTEBOOK_TESTS) tests episodes solutions exercises
 
-$(COLAB_STAMP): colab/requirements.txt colab/constraints.txt
-	@test -n "$(COLAB_PYTHON)" || { echo "make test-colab needs Python 3.12 (Colab's); set COLAB_PYTHON=/path/to/python3.12"; exit 1; }
+$(COLAB_STAMP): colab/requirements.txt $(COLAB_CONSTRAINTS)
+	@test -n "$(COLAB_PYTHON)" || { echo "make test-colab RUNTIME=$(RUNTIME) needs Python $(COLAB_PY_VERSION) (that Colab runtime's); set COLAB_PYTHON=/path/to/python$(COLAB_PY_VERSION)"; exit 1; }
 	rm -rf $(COLAB_VENV)
 	$(COLAB_PYTHON) -m venv $(COLAB_VENV)
 	$(COLAB_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(COLAB_VENV)/bin/python -m pip install -r colab/requirements.txt
+	$(COLAB_VENV)/bin/python -m pip install -r colab/requirements.txt -c $(COLAB_CONSTRAINTS)
 	$(COLAB_VENV)/bin/python tools/colab_install_check.py baseline
 	touch $(COLAB_STAMP)
 
 test-colab: $(COLAB_STAMP)
+	@echo "== Colab runtime: $(RUNTIME) (Python $(COLAB_PY_VERSION), $(COLAB_CONSTRAINTS))"
 	$(COLAB_VENV)/bin/python tools/colab_install_check.py install
 	$(QUICK) $(COLAB_VENV)/bin/python -m pytest $(NOTEBOOK_TESTS) episodes solutions exercises
 
