@@ -102,7 +102,7 @@ def test_committed_constraints_are_the_tools(runtime, commit, python):
 
 @pytest.mark.parametrize("runtime, python", [("current", "3.13"), ("previous", "3.12")])
 def test_make_test_colab_uses_the_runtimes_python_venv_and_constraints(runtime, python):
-    done = subprocess.run(["make", "-n", "test-colab", f"RUNTIME={runtime}", "COLAB_PYTHON=/opt/python"],
+    done = subprocess.run(["make", "-n", "-B", "test-colab", f"RUNTIME={runtime}", "COLAB_PYTHON=/opt/python"],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert f"-m pip install -r colab/requirements.txt -c colab/{runtime}/constraints.txt" in done.stdout
