@@ -129,3 +129,34 @@ def test_ensure_browser_finds_chromium_on_path_and_refuses_a_missing_one(tmp_pat
     monkeypatch.setenv("CHROMIUM", str(tmp_path / "no-such-browser"))
     assert ensure_browser.find_or_install() is None
     assert "does not exist" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("version, accepted", [((3, 10), False), ((3, 11), True), ((3, 12), True), ((3, 13), True),
+                                               ((3, 14), False), ((3, 15), False)])
+def test_check_python_accepts_311_to_313(version, accepted):
+    import check_python
+
+    assert (check_python.problem(version) is None) == accepted
+
+
+def test_check_python_names_tensorflow_for_a_too_new_python():
+    import check_python
+
+    message = check_python.problem((3, 14))
+    assert "TensorFlow 2.21" in message and "no wheels for Python 3.14" in message
+    assert "3.11, 3.12, 3.13" in message and "make install PYTHON=python3.13" in message
+    assert "TensorFlow" not in check_python.problem((3, 10))
+
+
+def test_check_python_runs_on_this_python():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "check_python.py")], capture_output=True, text=True)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+
+
+def test_make_lab_opens_the_course_in_jupyterlab():
+    done = subprocess.run(["make", "-n", "lab", "-o", ".venv/.installed-stamp", "LAB_ARGS=--no-browser"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (f'.venv/bin/jupyter-lab --ServerApp.root_dir="{ROOT}" --no-browser '
+                                   "episodes/01-what-is-a-gpu.ipynb")
+    assert any(line.startswith("jupyterlab==") for line in (ROOT / "requirements.txt").read_text().splitlines())
