@@ -7,17 +7,23 @@ in ``server.files``:
 ``/slow/<name>``      the file in 16 pieces, 0.05 s apart (so that two clients overlap)
 ``/hang/<name>``      reads the request, then never answers
 ``/drip/<name>``      announces the full length, then sends one byte every 0.2 s
+``/dripheaders/<name>`` sends its status line and headers one byte every 0.2 s (a
+                      long header makes that about a minute), then the file
 ``/truncate/<name>``  announces the full length, sends half, closes
 ``/wrong/<name>``     the right length, wrong bytes
 ``/missing/<name>``   HTTP 404
 
 Its certificate comes from a throw-away CA made with ``trustme``; a client trusts
 it when ``REQUESTS_CA_BUNDLE`` names ``server.ca_file`` (set by the fixture).
+
+:class:`StalledHandshake` is a port where TCP connections are accepted and the
+TLS ClientHello is never answered.
 """
 
 from __future__ import annotations
 
 import http.server
+import socket
 import ssl
 import threading
 import time
@@ -41,6 +47,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if mode == "hang":
             self.server.stop.wait(60)
+            return
+        if mode == "dripheaders":
+            head = (f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nX-Padding: {'x' * 250}\r\n\r\n")
+            try:
+                for byte in head.encode():
+                    if self.server.stop.wait(0.2):
+                        return
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+                pass
+            self.close_connection = True
             return
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
@@ -100,3 +119,23 @@ class FaultServer(http.server.ThreadingHTTPServer):
         self.stop.set()
         self.shutdown()
         self.server_close()
+
+
+class StalledHandshake:
+    """A TCP port on 127.0.0.1 that accepts connections and never answers the TLS ClientHello.
+
+    Connections wait in the listen backlog, where the system has completed the TCP
+    handshake for them; nothing ever reads what the client sends.
+    """
+
+    def __init__(self):
+        self.socket = socket.create_server(("127.0.0.1", 0), backlog=16)
+
+    def url(self, name: str = "data.bin") -> str:
+        return f"https://127.0.0.1:{self.socket.getsockname()[1]}/ok/{name}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.socket.close()

@@ -8,6 +8,7 @@ nothing corrupt, half-written or lost in the cache.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from faultserver import FaultServer
+from faultserver import FaultServer, StalledHandshake
 from gpucourse.data import cache, download
 
 BODY = bytes(range(256)) * 400  # 102,400 bytes
@@ -41,7 +42,7 @@ def private_cache(tmp_path, monkeypatch):
 
 
 def leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.rglob("*.part"))
+    return sorted(p.name for p in folder.rglob("*.part*"))
 
 
 # --------------------------------------------------------------------------- downloads
@@ -56,19 +57,60 @@ def test_good_download_is_verified_recorded_and_group_readable(server, private_c
     assert len(server.requests) == requests_before, "a verified cached file was downloaded again"
 
 
-@pytest.mark.parametrize("mode, deadline, words", [
-    ("hang", 2.0, "timeout"),
-    ("drip", 2.0, "timeout"),
+def _reported_seconds(message: str) -> float:
+    found = re.search(r"stopped after (\d+\.\d) s", message)
+    assert found, f"the message does not say how long it took: {message}"
+    return float(found.group(1))
+
+
+@pytest.mark.parametrize("mode, deadline, stage", [
+    ("hang", 2.0, "while waiting for the response headers"),   # reads the request, never answers
+    # status line and headers, 1 byte / 0.2 s: cut off after the status line (about 20 bytes), when
+    # what arrived looks like a whole response whose headers ended early
+    ("dripheaders", 4.0, "while waiting for the response headers"),
+    ("drip", 2.0, "while receiving the file"),                 # the body, 1 byte / 0.2 s
 ])
-def test_a_slow_server_is_stopped_at_the_deadline(server, private_cache, mode, deadline, words):
+def test_a_slow_server_is_stopped_at_the_deadline(server, private_cache, mode, deadline, stage):
     dest = cache.folder("t") / "data.bin"
     start = time.monotonic()
-    with pytest.raises(download.NetworkError, match=words) as err:
+    with pytest.raises(download.NetworkError, match="timeout") as err:
         download.fetch(server.url(mode, "data.bin"), dest, timeout=deadline, progress=False)
     elapsed = time.monotonic() - start
     assert elapsed < deadline + 3, f"the deadline was {deadline} s, the download took {elapsed:.1f} s"
+    message = str(err.value)
+    assert f"deadline of {deadline:g} s" in message and stage in message, message
+    assert deadline - 0.1 <= _reported_seconds(message) <= elapsed + 0.1, message
     assert not dest.exists() and not leftovers(private_cache)
-    assert ".part" not in str(err.value), "the message names a temporary file that no longer exists"
+    assert ".part" not in message, "the message names a temporary file that no longer exists"
+
+
+def test_a_silent_server_is_named_by_the_read_timeout_not_the_deadline(server, private_cache, monkeypatch):
+    monkeypatch.setattr(download, "READ_TIMEOUT_S", 1.0, raising=False)
+    start = time.monotonic()
+    with pytest.raises(download.NetworkError, match="timeout") as err:
+        download.fetch(server.url("hang", "data.bin"), cache.folder("t") / "x", timeout=600, progress=False)
+    elapsed = time.monotonic() - start
+    message = str(err.value)
+    assert "sent nothing for 1 s while waiting for the response headers" in message, message
+    assert "600" not in message, "the message quotes the deadline, but the wait that ended was 1 s"
+    assert 0.9 <= _reported_seconds(message) <= elapsed + 0.1 and elapsed < 1 + 3, message
+
+
+@pytest.mark.parametrize("deadline, read_timeout, words", [
+    (2.0, 10.0, "deadline of 2 s; it was stopped after"),   # the deadline ends the wait
+    (600.0, 1.0, "sent nothing for 1 s during the TLS handshake"),  # the per-read timeout does
+])
+def test_a_stalled_tls_handshake_is_a_timeout(private_cache, monkeypatch, deadline, read_timeout, words):
+    monkeypatch.setattr(download, "READ_TIMEOUT_S", read_timeout, raising=False)
+    start = time.monotonic()
+    with StalledHandshake() as stalled, pytest.raises(download.NetworkError) as err:
+        download.fetch(stalled.url(), cache.folder("t") / "x", timeout=deadline, progress=False)
+    elapsed = time.monotonic() - start
+    message = str(err.value)
+    assert words in message and "during the TLS handshake" in message, message
+    assert "proxy" not in message and "clock" not in message, "a stalled handshake is not a TLS failure"
+    assert elapsed < min(deadline, read_timeout) + 3, f"took {elapsed:.1f} s"
+    assert min(deadline, read_timeout) - 0.1 <= _reported_seconds(message) <= elapsed + 0.1, message
 
 
 @pytest.mark.parametrize("mode, expected, words", [
@@ -169,7 +211,7 @@ def test_full_disk_falls_back_with_a_message(full_folder, tmp_path):
     done = _offline_load_in(str(full_folder), tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "EVENTS 400" in done.stdout and ("free" in done.stdout or "full" in done.stdout)
-    assert not list(full_folder.rglob("*.part"))
+    assert not list(full_folder.rglob("*.part*"))
 
 
 # --------------------------------------------------------------------------- processes
@@ -214,12 +256,12 @@ def test_a_process_killed_while_writing_leaves_nothing_that_is_used(server, tmp_
             f"download.fetch({server.url('drip', 'data.bin')!r}, cache.folder('k') / 'data.bin', progress=False)")
     victim = subprocess.Popen([sys.executable, "-c", code], env=env)
     deadline = time.monotonic() + 60
-    while not list(folder.rglob("*.part")) and time.monotonic() < deadline:
+    while not list(folder.rglob("*.part*")) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)
     victim.kill()
     victim.wait(timeout=30)
-    assert list(folder.rglob("*.part")), "the test did not catch the process mid-write"
+    assert list(folder.rglob("*.part*")), "the test did not catch the process mid-write"
     dest = folder / "k" / "data.bin"
     assert not dest.exists()
     done = subprocess.run([sys.executable, "-c", code.replace("/drip/", "/ok/")],

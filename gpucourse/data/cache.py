@@ -2,8 +2,9 @@
 
 Rules every file in it follows:
 
-* **Atomic.** A file is written to a temporary ``<name>.<random>.part`` next to
-  it and renamed into place; a reader never sees half a file.
+* **Atomic.** A file is written to a temporary next to it
+  (``<name>.<pid>-<random>.part<suffix>``, named by :mod:`gpucourse.atomic`) and
+  renamed into place; a reader never sees half a file.
 * **Verified.** A file is stored with a checksum record (``<name>.sha256.json``:
   size and SHA-256). The record is written first and the data second, both while
   the file's lock is held, and readers take the same lock, so nobody sees data
@@ -14,7 +15,7 @@ Rules every file in it follows:
   writing it twice or deleting each other's work.
 * **Clean.** Temporary files are only ever written under the lock, so any
   ``.part`` file found while holding it was left by a process that died
-  mid-write: it is removed.
+  mid-write: it is removed (:func:`gpucourse.atomic.remove_stale_temporaries`).
 * **Readable by the group**, like a file made with ``open()`` under the user's
   umask (temporary files start as owner-only).
 * **Somewhere usable.** If the configured folder (``GPUCOURSE_DATA``, else
@@ -35,7 +36,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .. import settings
+from .. import atomic, settings
 
 CHUNK = 1 << 20
 LOCK_TIMEOUT_S = 900.0  # a slow download by another process may hold a lock this long
@@ -186,15 +187,10 @@ def lock(path: Path, timeout: float = LOCK_TIMEOUT_S):
     except OSError as exc:
         raise CacheError(f"Cannot lock {path} ({_os_reason(exc)}).") from exc
     try:
-        for stale in path.parent.glob(f"{glob_escape(path.name)}.*.part"):
-            stale.unlink(missing_ok=True)
+        atomic.remove_stale_temporaries(path, locked=True)
         yield path
     finally:
         guard.release()
-
-
-def glob_escape(name: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def _umask() -> int:
@@ -207,8 +203,10 @@ def _umask() -> int:
 def temporary(path: Path):
     """A temporary file next to ``path``, open for binary writing; removed unless :func:`commit` took it."""
     path = Path(path)
-    fd, name = tempfile.mkstemp(prefix=path.name + ".", suffix=".part", dir=path.parent)
-    tmp = Path(name)
+    try:
+        fd, tmp = atomic.create_temporary(path, mode=0o600)
+    except OSError as exc:
+        raise CacheError(f"Cannot write {path.name} in {path.parent} ({_os_reason(exc)}).") from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh, tmp
