@@ -127,13 +127,15 @@ class FakeDevice:
 class FakeGPUs:
     """The fake runtime's state: physical devices, what is visible, the current device."""
 
-    def __init__(self, model: str = "T4", count: int = 1, cuda_version: str = "12.8"):
+    def __init__(self, model: str = "T4", count: int = 1, cuda_version: str = "12.8",
+                 compute_mode: str = "Default"):
         if model not in MODELS:
             raise ValueError(f"unknown GPU model {model!r}; choose from {sorted(MODELS)}.")
         if count < 0:
             raise ValueError(f"count must be 0 or more, got {count}.")
         self.devices = [FakeDevice(i, model, uuid=self._uuid(model, i), **MODELS[model]) for i in range(count)]
         self.cuda_version = cuda_version
+        self.compute_mode = compute_mode
         self.current = 0
         self.state_file: Path | None = None
 
@@ -219,7 +221,7 @@ class FakeGPUs:
 
     def _write_state(self) -> None:
         if self.state_file is not None:
-            rows = [dict(index=d.physical_index, name=d.name, uuid=d.uuid, total=d.total_memory,
+            rows = [dict(index=d.physical_index, name=d.name, uuid=d.uuid, total=d.total_memory, mode=self.compute_mode,
                          used=(CONTEXT_BYTES + d.reserved) if d.reserved else 0) for d in self.devices]
             tmp = self.state_file.with_suffix(".tmp")
             tmp.write_text(json.dumps(rows))
@@ -320,6 +322,7 @@ if query:
               "memory.total": lambda r: f"{{r['total'] >> 20}}" + (" MiB" if units else ""),
               "memory.used": lambda r: f"{{r['used'] >> 20}}" + (" MiB" if units else ""),
               "memory.free": lambda r: f"{{(r['total'] - r['used']) >> 20}}" + (" MiB" if units else ""),
+              "compute_mode": lambda r: r["mode"],
               "utilization.gpu": lambda r: "0" + (" %" if units else ""),
               "utilization.memory": lambda r: "0" + (" %" if units else "")}}
     names = [q.strip() for q in query.split(",")]
@@ -351,7 +354,7 @@ _lock = threading.Lock()
 
 @contextlib.contextmanager
 def fake_gpu(model: str = "T4", count: int = 1, *, visible: str | None = None, cuda_version: str = "12.8",
-             nvidia_smi: bool = True, tensorflow: bool = False):
+             nvidia_smi: bool = True, tensorflow: bool = False, compute_mode: str = "Default"):
     """Make this process look like a machine with ``count`` GPUs of one ``model``.
 
     Parameters
@@ -366,6 +369,8 @@ def fake_gpu(model: str = "T4", count: int = 1, *, visible: str | None = None, c
         Put a fake ``nvidia-smi`` first on ``PATH`` (child processes see it too).
     tensorflow : bool
         Also make ``tf.config.list_physical_devices("GPU")`` list the visible GPUs.
+    compute_mode : str
+        What ``nvidia-smi --query-gpu=compute_mode`` reports, e.g. "Exclusive_Process".
 
     Yields
     ------
@@ -374,7 +379,7 @@ def fake_gpu(model: str = "T4", count: int = 1, *, visible: str | None = None, c
     """
     import torch
 
-    gpus = FakeGPUs(model, count, cuda_version)
+    gpus = FakeGPUs(model, count, cuda_version, compute_mode)
     restore: list = []
     env_before = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "PATH", "GPUCOURSE_FAKE_GPU_STATE")}
     tmp = tempfile.TemporaryDirectory(prefix="gpucourse-fakegpu-")

@@ -169,3 +169,57 @@ def test_the_device_report_on_two_fake_t4s():
         text = gdevice.format_report([torch_rep, tf_rep])
         assert "NO GPU FOUND" not in text and "[1] Tesla T4 · 14.7 GiB" in text
         assert "Tesla T4" in gdevice.nvidia_smi()
+
+
+# --------------------------------------------------------------------------- features a GPU may lack
+
+@pytest.mark.parametrize("model, dtype", [("T4", torch.float16), ("L4", torch.bfloat16), ("A100", torch.bfloat16),
+                                          ("H100", torch.bfloat16)])
+def test_autocast_uses_bfloat16_from_ampere_and_float16_with_a_scaler_before(model, dtype):
+    from gpucourse import features
+
+    with fake_gpu(model):
+        chosen, why = features.amp_dtype_for(torch.device("cuda"))
+    assert chosen == dtype and ("GradScaler" in why)
+    assert features.amp_dtype_for("cpu")[0] == torch.bfloat16
+
+
+@pytest.mark.parametrize("text, words", [
+    ("RuntimeError: Failed to find C compiler. Please specify via CC environment variable.", "C compiler"),
+    ("Found Tesla P100 which is too old to be supported by the triton GPU compiler", "too old for Triton"),
+    ("InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx", "C++ compiler"),
+    ("something else entirely", "first line"),
+])
+def test_a_failed_compile_is_explained_by_its_own_error(text, words):
+    from torch._inductor.exc import InductorError
+
+    from gpucourse import features
+
+    assert issubclass(InductorError, features.COMPILE_ERRORS)
+    message = features.compile_failure(RuntimeError(text))
+    assert words in message and text.splitlines()[0][:40] in message
+
+
+def test_an_exclusive_process_gpu_is_noticed():
+    from gpucourse import features
+
+    with fake_gpu("A100", 2, compute_mode="Exclusive_Process"):
+        assert features.compute_mode(1) == "Exclusive_Process" and features.gpu_is_exclusive(0)
+    with fake_gpu("T4"):
+        assert features.compute_mode(0) == "Default" and not features.gpu_is_exclusive(0)
+    assert features.compute_mode(0) is None or not features.gpu_is_exclusive(0)   # no nvidia-smi here
+
+
+def test_timing_synchronises_a_cuda_device():
+    from gpucourse.timing import synchronizer
+
+    calls = []
+    with fake_gpu("T4"):
+        real = torch._C._cuda_synchronize
+        torch._C._cuda_synchronize = lambda: calls.append("sync")
+        try:
+            synchronizer(torch.device("cuda"))()
+            synchronizer("cuda:0")()
+        finally:
+            torch._C._cuda_synchronize = real
+    assert calls == ["sync", "sync"]

@@ -1,0 +1,95 @@
+"""GPU features a lesson may find missing, how to tell, and what to say when one is.
+
+A cell that needs a feature some GPUs lack (bfloat16 tensor cores, Triton for ``torch.compile``, a
+GPU of its own for a child process) catches the specific failure, prints why with one of these
+helpers, and the notebook goes on.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+__all__ = ["amp_dtype_for", "COMPILE_ERRORS", "compile_failure", "compute_mode", "gpu_is_exclusive",
+           "CUPTI_SHARED_NOTE"]
+
+
+def amp_dtype_for(device):
+    """The 16-bit type for ``torch.autocast`` on ``device``, and why.
+
+    bfloat16 on a CPU and on NVIDIA GPUs of compute capability 8.0 or newer (A100, L4, H100: the same
+    tensor-core rate as float16, float32's range, no loss scaling); float16 with a ``GradScaler`` on
+    older GPUs (T4, V100), which run bfloat16 only by emulation.
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return torch.bfloat16, "CPU autocast runs in bfloat16 (no loss scaling needed)"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major >= 8:
+        return torch.bfloat16, (f"compute capability {major}.{minor}: bfloat16 runs on the tensor cores as fast as "
+                                "float16 and needs no GradScaler")
+    return torch.float16, (f"compute capability {major}.{minor}: no bfloat16 tensor cores (only emulation), so "
+                           "float16 with a GradScaler")
+
+
+def _compile_errors() -> tuple:
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    try:
+        from torch._inductor.exc import InductorError
+    except ImportError:          # older PyTorch: Inductor's errors arrive as BackendCompilerFailed
+        return (BackendCompilerFailed,)
+    return BackendCompilerFailed, InductorError
+
+
+def __getattr__(name):
+    if name == "COMPILE_ERRORS":   # imported lazily: torch._dynamo is slow to import
+        return _compile_errors()
+    raise AttributeError(name)
+
+
+def compile_failure(exc: BaseException) -> str:
+    """What a failed ``torch.compile`` most likely lacked, from the error's own text."""
+    text = str(exc)
+    if "C compiler" in text or "CC environment variable" in text:
+        reason = ("Triton could not find a C compiler: it builds a small launcher with gcc or clang at first use, "
+                  "on a GPU too (install gcc, or set CC)")
+    elif "Capability" in text or "too old" in text:
+        reason = "this GPU is too old for Triton's code generator (it needs compute capability 7.0 or newer)"
+    elif "triton" in text.lower() and ("install" in text.lower() or "No module" in text):
+        reason = "Triton is not installed (pip install triton; it comes with Linux CUDA builds of PyTorch)"
+    elif "Cxx" in text or "C++" in text or "cl.exe" in text or "g++" in text:
+        reason = ("no working C++ compiler for the CPU code Inductor generates (MSVC on Windows, the Xcode "
+                  "command-line tools on macOS, g++ on Linux)")
+    else:
+        reason = "see the error's first line"
+    first = text.strip().splitlines()[0][:200] if text.strip() else type(exc).__name__
+    return f"torch.compile failed ({type(exc).__name__}: {first}).\nLikely reason: {reason}."
+
+
+def compute_mode(index: int = 0, timeout: float = 20) -> str | None:
+    """The GPU's compute mode as ``nvidia-smi`` reports it ("Default", "Exclusive_Process", ...), or None."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "--query-gpu=compute_mode", "--format=csv,noheader", f"--id={index}"],
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else None
+
+
+def gpu_is_exclusive(gpu_id) -> bool:
+    """True when the GPU admits one process at a time (common on HPC clusters): a child process started
+    while this kernel holds the GPU cannot create a CUDA context on it. ``gpu_id`` is an index or ``GPU-<uuid>``."""
+    return (compute_mode(gpu_id) or "").startswith("Exclusive")
+
+
+CUPTI_SHARED_NOTE = ("CUPTI, the library GPU profilers read kernels through, takes one profiler per process. "
+                     "PyTorch's profiler has already used it in this kernel, so TensorFlow's trace may have no "
+                     "GPU kernels (TensorFlow ignores the error). For a complete Keras trace, profile it in a "
+                     "fresh runtime before any PyTorch profile.")
