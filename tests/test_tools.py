@@ -78,7 +78,7 @@ def test_setup_cell_on_kaggle_without_internet_names_the_switch():
                                  "file:///no/such/gpucourse")
     errors = [o for o in outputs if o.output_type == "error"]
     assert len(errors) == 1 and errors[0].ename == "SystemExit", outputs
-    assert "open Settings in the notebook's right panel, turn Internet on" in errors[0].evalue
+    assert "On Kaggle, turn Internet on (Settings → Internet" in errors[0].evalue
     assert "Traceback" not in "".join(errors[0].traceback), "a pip traceback instead of the switch to turn on"
 
 

@@ -102,8 +102,8 @@ if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                           "gpucourse @ {pip_spec(repo, branch)}"], capture_output=True, text=True)
     if pip.returncode and "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
-        sys.exit("pip could not install the course helper. On Kaggle, open Settings in the notebook's right panel, turn "
-                 "Internet on (this needs a phone-verified account), then run this cell again.")
+        sys.exit("pip could not install the course helper. On Kaggle, turn Internet on (Settings → Internet, or the "
+                 "right panel's Session options; it needs a phone-verified account), then run this cell again.")
     if pip.returncode:
         sys.exit(pip.stderr)"""
 
