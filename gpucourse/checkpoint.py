@@ -1,0 +1,178 @@
+"""Checkpoints that let a training run continue exactly where it stopped (episode 9).
+
+A run continues *exactly* (the same weights, bit for bit, as a run that never stopped)
+only if the checkpoint holds everything the next step depends on:
+
+* the model's weights, and the optimizer's state (momentum, Adam's moment estimates);
+* the GradScaler's scale (mixed precision) and the learning-rate scheduler's position;
+* where the run was: the epoch, which is also the sampler's epoch (its shuffle), and the
+  step within it;
+* every random number generator the step draws from: Python's ``random``, NumPy's global
+  generator, torch's CPU generator (dropout, ``randn``) and every CUDA generator.
+
+The data order is not stored: :class:`EpochSampler` derives it from ``(seed, epoch)``, as
+``DistributedSampler.set_epoch`` does, and the DataLoader's own generator, which seeds its
+worker processes, is re-seeded the same way (:func:`loader_generator`).
+
+``save`` writes with :func:`gpucourse.atomic.save_atomic` (a temporary file, then a rename),
+so a run killed while saving leaves the previous checkpoint, never half of a new one. ``load``
+maps every tensor to the device this run has (a checkpoint from a GPU loads on a laptop) and
+uses ``weights_only=True``: loading a file runs no code from it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from .atomic import save_atomic
+
+__all__ = ["EpochSampler", "capture", "restore", "rng_state", "set_rng_state", "save", "load",
+           "loader_generator", "where_to_keep"]
+
+
+# --- random number generators ---------------------------------------------------------------
+
+def rng_state() -> dict:
+    """The state of every random number generator a training step may draw from."""
+    np_state = np.random.get_state(legacy=False)
+    return {
+        "python": random.getstate(),
+        # NumPy's state as plain numbers and a tensor, so that weights_only loading accepts it
+        "numpy": {"bit_generator": np_state["bit_generator"], "pos": int(np_state["state"]["pos"]),
+                  "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
+                  "has_gauss": int(np_state["has_gauss"]), "gauss": float(np_state["gauss"])},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    """Put every generator back to ``state`` (from :func:`rng_state`)."""
+    random.setstate(_as_tuple(state["python"]))
+    n = state["numpy"]
+    np.random.set_state({"bit_generator": n["bit_generator"],
+                         "state": {"key": n["key"].numpy().astype(np.uint32), "pos": n["pos"]},
+                         "has_gauss": n["has_gauss"], "gauss": n["gauss"]})
+    torch.set_rng_state(state["torch"].cpu())
+    cuda = state["cuda"]
+    if cuda and torch.cuda.is_available():
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
+        else:
+            print(f"(the checkpoint has {len(cuda)} CUDA generator states and this machine "
+                  f"{torch.cuda.device_count()} GPUs: the CUDA generators start afresh)")
+    elif cuda:
+        print("(the checkpoint was written on a GPU; on this CPU its CUDA generator states are unused)")
+
+
+def _as_tuple(value):
+    """``random.setstate`` wants tuples; a checkpoint may hand back lists."""
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+# --- the data order -------------------------------------------------------------------------
+
+class EpochSampler(Sampler):
+    """A new shuffle each epoch, derived from ``(seed, epoch)``, that can start mid-epoch.
+
+    Like ``DistributedSampler.set_epoch``: the order of epoch ``e`` is the same in every run
+    and every process, so a checkpoint needs only the epoch and the position in it.
+    """
+
+    def __init__(self, n: int, seed: int = 0):
+        self.n, self.seed, self.epoch, self.start = n, seed, 0, 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Shuffle for ``epoch`` and skip its first ``start`` samples (already trained on)."""
+        self.epoch, self.start = epoch, start
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return iter(torch.randperm(self.n, generator=g)[self.start:].tolist())
+
+    def __len__(self) -> int:
+        return self.n - self.start
+
+
+def loader_generator(generator: torch.Generator, seed: int, epoch: int) -> torch.Generator:
+    """Re-seed the DataLoader's own generator for ``epoch``; return it.
+
+    A DataLoader draws a seed for its worker processes each time it starts an epoch, from the
+    generator it was given, or else from torch's global one. Given its own generator, it leaves
+    the global generator (dropout's) alone, and the workers' seeds follow from ``(seed, epoch)``.
+    """
+    return generator.manual_seed(seed * 1_000_003 + epoch + 1)
+
+
+# --- capture and restore --------------------------------------------------------------------
+
+def capture(model, optimizer, scaler, scheduler, epoch: int, step: int) -> dict:
+    """Everything needed to continue exactly after ``step`` batches of ``epoch``."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict(), "scheduler": scheduler.state_dict(),
+            "epoch": epoch, "step": step,            # the sampler's epoch, and the position in it
+            "rng": rng_state()}
+
+
+def restore(ckpt: dict, model, optimizer, scaler, scheduler) -> tuple[int, int]:
+    """Load ``ckpt`` into freshly made objects; return ``(epoch, step)`` to continue from."""
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])   # after the model is on its device: state follows
+    scaler.load_state_dict(ckpt["scaler"])
+    scheduler.load_state_dict(ckpt["scheduler"])
+    set_rng_state(ckpt["rng"])                     # last: nothing after this may draw a number
+    return ckpt["epoch"], ckpt["step"]
+
+
+def save(ckpt: dict, path) -> Path:
+    """Write ``ckpt`` to ``path`` atomically: the old file stays until the new one is complete."""
+    path = Path(path)
+    save_atomic(lambda tmp: torch.save(ckpt, tmp), path)
+    return path
+
+
+def load(path, device) -> dict:
+    """Read a checkpoint onto ``device`` (whatever device this run has), running no code from it."""
+    return torch.load(path, map_location=device, weights_only=True)
+
+
+# --- where to keep it -----------------------------------------------------------------------
+
+DRIVE = Path("/content/drive/MyDrive")
+KAGGLE = Path("/kaggle/working")
+
+
+def where_to_keep(name: str, chosen=None) -> Path:
+    """A folder for checkpoints that outlives this session where the platform allows; made.
+
+    ``chosen`` (a folder the learner picked) wins. Otherwise: Google Drive when it is mounted in
+    Colab; ``/kaggle/working`` on Kaggle (kept as the notebook's output when you save a
+    version); else a folder in the course's cache. A message says what survives where.
+    """
+    import sys
+
+    from .data import cache
+
+    if chosen is not None:
+        folder, why = Path(chosen).expanduser(), "the folder you chose"
+    elif "google.colab" in sys.modules and DRIVE.is_dir():
+        folder, why = DRIVE / "gpucourse-checkpoints" / name, "Google Drive: survives the end of this Colab session"
+    elif "google.colab" in sys.modules:
+        folder = Path("/content/gpucourse-checkpoints") / name
+        why = ("Colab's local disk, which is WIPED when the runtime ends. To keep checkpoints, mount "
+               "Google Drive first (from google.colab import drive; drive.mount('/content/drive')) "
+               "and run this cell again")
+    elif os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or KAGGLE.is_dir():
+        folder, why = KAGGLE / "checkpoints" / name, ("/kaggle/working: kept as the notebook's output when you "
+                                                      "save a version (Save & Run All), lost otherwise")
+    else:
+        folder, why = cache.root() / "checkpoints" / name, "the course's cache folder on this machine"
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"Checkpoints go to {folder} ({why}).")
+    return folder

@@ -1,0 +1,197 @@
+"""A training run that can be killed at any moment and resumed exactly (episode 9).
+
+Run it as a script, as one would on a cluster::
+
+    python -m gpucourse.survive_train --out FOLDER [--epochs 3 --every 10 ...]
+
+It trains a small MLP with dropout, AdamW, a cosine learning-rate schedule and (on a GPU)
+mixed precision, writes ``FOLDER/checkpoint.pt`` every ``--every`` steps, and at the end the
+weights to ``FOLDER/final.pt``. Started again with the same arguments, it continues from the
+checkpoint. On SIGUSR1 or SIGTERM (what Slurm sends before the wall time with ``--signal``) it
+finishes the current step, writes a checkpoint and exits with 128 + the signal's number.
+
+Every step prints ``step N loss L``, which the launcher in :mod:`gpucourse.survive` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from . import checkpoint
+from .atomic import save_atomic
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True, help="folder for checkpoint.pt and final.pt")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--samples", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--width", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads; keep it the same when resuming (a sum split differently rounds differently)")
+    p.add_argument("--every", type=int, default=10, help="steps between checkpoints")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto (a GPU if there is one), cpu or cuda")
+    p.add_argument("--deterministic", action="store_true",
+                   help="torch.use_deterministic_algorithms(True), for exact resumes on a GPU")
+    p.add_argument("--stop-after", type=int, default=None,
+                   help="save a checkpoint after this many steps and stop (an interruption, in-process)")
+    p.add_argument("--forget", default="",
+                   help="on resuming, leave out these parts of the checkpoint, comma-separated: "
+                        "optimizer, scheduler, rng, position (to see what each is for)")
+    p.add_argument("--quiet", action="store_true", help="no line per step")
+    p.add_argument("--slow-save", type=float, default=0.0,
+                   help="(tests) pause this many seconds halfway through writing each checkpoint")
+    args = p.parse_args(argv)
+    if min(args.epochs, args.samples, args.batch, args.width, args.every, args.threads) < 1 or args.samples < args.batch:
+        p.error("--epochs, --samples, --batch, --width and --every must be >= 1, and --samples >= --batch")
+    args.forget = [part for part in args.forget.split(",") if part]
+    unknown = sorted(set(args.forget) - set(FORGETTABLE))
+    if unknown:
+        p.error(f"--forget: unknown part(s) {unknown}; choose from {', '.join(FORGETTABLE)}")
+    return args
+
+
+FORGETTABLE = ("optimizer", "scheduler", "rng", "position")
+
+
+def make_data(n: int, seed: int) -> TensorDataset:
+    """A fixed data set: 20 features, a label from a noisy linear rule (its own generator)."""
+    g = torch.Generator().manual_seed(seed + 12345)
+    X = torch.randn(n, 20, generator=g)
+    y = ((X[:, :5].sum(1) + 0.5 * torch.randn(n, generator=g)) > 0).float()
+    return TensorDataset(X, y)
+
+
+def make_model(width: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(20, width), nn.ReLU(), nn.Dropout(0.2),
+                         nn.Linear(width, width), nn.ReLU(), nn.Dropout(0.2), nn.Linear(width, 1))
+
+
+_stop = []   # the signal that asked us to stop, if any
+
+
+def _ask_to_stop(signum, frame):   # a handler only notes the request; the loop acts on it
+    _stop.append(signum)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # before cuBLAS starts
+        torch.use_deterministic_algorithms(True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    use_cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
+    device = torch.device("cuda" if use_cuda else "cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        train(args, device)
+    finally:
+        torch.set_num_threads(threads)   # called in a notebook: give the kernel its threads back
+
+
+def _save(ckpt: dict, path: Path, pause: float) -> None:
+    if not pause:
+        return checkpoint.save(ckpt, path)
+
+    def slowly(tmp):             # the same bytes, with a pause in the middle (tests kill us there)
+        buffer = io.BytesIO()
+        torch.save(ckpt, buffer)
+        data = buffer.getvalue()
+        with open(tmp, "wb") as fh:
+            fh.write(data[: len(data) // 2])
+            fh.flush()
+            print("saving: half written", flush=True)
+            time.sleep(pause)
+            fh.write(data[len(data) // 2:])
+    save_atomic(slowly, path)
+
+
+def _leave_out(ckpt: dict, parts, optimizer, scheduler) -> dict:
+    """``ckpt`` with ``parts`` replaced by what a fresh start would have (for the demonstration)."""
+    fresh = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "rng": checkpoint.rng_state()}
+    for part in parts:
+        if part == "position":
+            ckpt["step"] = 0         # "we know the epoch": start it again from its first batch
+        else:
+            ckpt[part] = fresh[part]
+    return ckpt
+
+
+def train(args, device: torch.device) -> None:
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    data = make_data(args.samples, args.seed)
+    sampler = checkpoint.EpochSampler(len(data), seed=args.seed)
+    generator = torch.Generator()        # the loader's own: it leaves the global generator alone
+    loader = DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True,
+                        num_workers=args.workers, generator=generator)
+    model = make_model(args.width).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    steps_per_epoch = len(data) // args.batch
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch)
+    amp = device.type == "cuda"
+    scaler = torch.amp.GradScaler(device.type, enabled=amp)
+    loss_fn = nn.BCEWithLogitsLoss()
+
+    path = args.out / "checkpoint.pt"
+    epoch, step = 0, 0
+    if path.exists():                    # resume: the last complete checkpoint
+        ckpt = _leave_out(checkpoint.load(path, device), args.forget, optimizer, scheduler)
+        epoch, step = checkpoint.restore(ckpt, model, optimizer, scaler, scheduler)
+        print(f"resumed from {path.name}: epoch {epoch}, step {step} of {steps_per_epoch}", flush=True)
+    else:
+        print(f"starting: {args.epochs} epochs of {steps_per_epoch} steps on {device}", flush=True)
+    model.train()
+    while epoch < args.epochs:
+        sampler.set_epoch(epoch, start=step * args.batch)     # skip what this epoch already trained on
+        checkpoint.loader_generator(generator, args.seed, epoch)
+        for xb, yb in loader:
+            xb, yb = xb.to(device), yb.to(device)
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
+                loss = loss_fn(model(xb).squeeze(1), yb)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            step += 1
+            done = epoch * steps_per_epoch + step
+            if not args.quiet:
+                print(f"step {done} loss {loss.item():.5f}", flush=True)
+            if done == args.stop_after:
+                _save(checkpoint.capture(model, optimizer, scaler, scheduler, epoch, step), path, args.slow_save)
+                print(f"stopped after step {done}, checkpoint saved", flush=True)
+                return
+            if done % args.every == 0 or _stop:
+                _save(checkpoint.capture(model, optimizer, scaler, scheduler, epoch, step), path, args.slow_save)
+            if _stop:
+                print(f"signal {_stop[0]}: checkpoint saved after step {done}; stopping", flush=True)
+                sys.exit(128 + _stop[0])
+        epoch, step = epoch + 1, 0
+    weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    save_atomic(lambda tmp: torch.save(weights, tmp), args.out / "final.pt")
+    print(f"finished: weights in {args.out / 'final.pt'}", flush=True)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGUSR1, _ask_to_stop)      # as a script only: a notebook keeps its own handlers
+    signal.signal(signal.SIGTERM, _ask_to_stop)
+    main()
