@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from gpucourse import memory
+from gpucourse.fakecuda import fake_gpu
 from gpucourse.memory import GIB, MIB, format_bytes
 
 
@@ -135,60 +136,43 @@ def test_meter_for_picks_by_device():
         memory.meter_for("meta")
 
 
-def test_cuda_meter_is_the_cuda_calls(monkeypatch):
-    calls = []
-    fake = {
-        "memory_allocated": lambda d: calls.append(("allocated", d)) or 10,
-        "memory_reserved": lambda d: calls.append(("reserved", d)) or 20,
-        "max_memory_allocated": lambda d: calls.append(("peak", d)) or 30,
-        "reset_peak_memory_stats": lambda d: calls.append(("reset", d)),
-        "empty_cache": lambda: calls.append(("empty",)),
-        "set_per_process_memory_fraction": lambda f, d: calls.append(("fraction", f, d)),
-        "memory_summary": lambda d, abbreviated: "summary",
-        "get_device_properties": lambda d: type("Props", (), {"total_memory": 8 * GIB})(),
-    }
-    for name, fn in fake.items():
-        monkeypatch.setattr(torch.cuda, name, fn)
-    meter = memory.meter_for("cuda:0")
-    assert isinstance(meter, memory.CudaMeter)
-    dev = torch.device("cuda", 0)
-    assert (meter.allocated(), meter.reserved(), meter.peak()) == (10, 20, 30)
-    meter.reset_peak()
-    with meter.budget(2 * GIB):
-        assert ("fraction", (20 + 2 * GIB) / (8 * GIB), dev) in calls
-    assert calls[-1] == ("fraction", 1.0, dev)
-    assert ("empty",) in calls and meter.summary() == "summary"
-    with pytest.raises(ValueError, match="more than the device's"):
-        with meter.budget(16 * GIB):
-            pass
-    with pytest.raises(ValueError, match="positive number of bytes"):
-        with meter.budget(0):
-            pass
+def test_cuda_meter_is_the_cuda_calls():
+    """Under the fake CUDA runtime torch.cuda's own functions run: the meter reads them for the device the
+    notebooks name, torch.device("cuda") without an index (which set_per_process_memory_fraction rejects)."""
+    with fake_gpu("T4") as gpu:
+        meter = memory.meter_for(torch.device("cuda"))
+        assert isinstance(meter, memory.CudaMeter) and meter.device == torch.device("cuda", 0)
+        gpu.allocate(3 * MIB)                    # 1-10 MiB requests share 20 MiB segments
+        assert (meter.allocated(), meter.reserved(), meter.peak()) == (3 * MIB, 20 * MIB, 3 * MIB)
+        gpu.free(3 * MIB)
+        meter.reset_peak()
+        assert meter.peak() == 0 and "memory summary" in meter.summary()
+        with pytest.raises(ValueError, match="more than the device's"):
+            with meter.budget(16 * GIB):
+                pass
+        with pytest.raises(ValueError, match="positive number of bytes"):
+            with meter.budget(0):
+                pass
 
 
-def test_cuda_budget_is_on_top_of_what_is_already_reserved(monkeypatch):
+def test_cuda_budget_is_on_top_of_what_is_already_reserved():
     """A GPU budget, like a TensorMeter's, is for what the block creates: memory the allocator still holds
     after emptying its cache (the cuBLAS workspace, live tensors) is added, not charged to the budget."""
-    state = {"reserved": 20 * MIB, "fractions": [], "emptied": 0}
-
-    def empty_cache():
-        state["emptied"] += 1
-        state["reserved"] = 20 * MIB          # one 20 MiB segment stays: it holds the cuBLAS workspace
-
-    monkeypatch.setattr(torch.cuda, "empty_cache", empty_cache)
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: state["reserved"])
-    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d: state["fractions"].append(f))
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda d: type("Props", (), {"total_memory": 16 * GIB})())
-    meter = memory.CudaMeter("cuda:0")
-    state["reserved"] = 600 * MIB            # cached blocks, freed by free_cache() before the budget is set
-    with meter.budget(64 * MIB):
-        allowed = state["fractions"][-1] * 16 * GIB
-        assert state["emptied"] >= 1
-        assert allowed == pytest.approx(84 * MIB)    # 20 MiB held + the 64 MiB budget, not 64 MiB in all
-    assert state["fractions"][-1] == 1.0
-    with pytest.raises(ValueError, match="already reserved"):
-        with meter.budget(16 * GIB - 10 * MIB):
-            pass
+    with fake_gpu("T4") as gpu:
+        meter = memory.CudaMeter("cuda")
+        gpu.allocate(8 * MIB)                    # a workspace that stays: one 20 MiB segment
+        gpu.allocate(500 * MIB)
+        gpu.free(500 * MIB)                      # cached, given back by free_cache() before the budget is set
+        with meter.budget(64 * MIB):
+            allowed = torch.cuda.get_per_process_memory_fraction(0) * meter.total()
+            assert meter.reserved() == 20 * MIB
+            assert allowed == pytest.approx(84 * MIB)    # 20 MiB held + the 64 MiB budget, not 64 MiB in all
+            gpu.allocate(60 * MIB)               # a segment of its own: 80 MiB reserved
+            with pytest.raises(torch.OutOfMemoryError):
+                gpu.allocate(20 * MIB)
+        assert torch.cuda.get_per_process_memory_fraction(0) == 1.0
+        with pytest.raises(ValueError, match="already reserved"):
+            with meter.budget(meter.total() - 60 * MIB):
+                pass
     with pytest.raises(ValueError, match="needs a CUDA device"):
         memory.CudaMeter("cpu")
