@@ -1,14 +1,15 @@
 """Install the helper into the Colab-like environment as a notebook's setup cell
 does, and fail if that upgraded, downgraded or removed any package Colab has.
 
-Run by ``make test-colab`` with the Colab environment's own Python:
+Run by ``make test-colab`` with the Colab environment's own Python
+(``.venv-colab-current``, or ``.venv-colab-previous`` for ``RUNTIME=previous``):
 
-    .venv-colab/bin/python tools/colab_install_check.py baseline   # right after creating it
-    .venv-colab/bin/python tools/colab_install_check.py install    # every test run
+    .venv-colab-current/bin/python tools/colab_install_check.py baseline   # right after creating it
+    .venv-colab-current/bin/python tools/colab_install_check.py install    # every test run
 
 ``baseline`` records ``pip freeze`` of the fresh environment (Colab's stack).
 ``install`` runs ``pip install "gpucourse @ file://<this checkout>"`` — the
-setup cell's ``%pip install "gpucourse @ git+https://...@main"`` without the
+setup cell's ``pip install "gpucourse @ git+https://...@main"`` without the
 network — and compares ``pip freeze`` with the baseline. Packages the helper
 adds are listed; any package of the baseline that changed is an error.
 """
