@@ -164,10 +164,10 @@ def where_to_keep(name: str, chosen=None) -> Path:
     elif "google.colab" in sys.modules and DRIVE.is_dir():
         folder, why = DRIVE / "gpucourse-checkpoints" / name, "Google Drive: survives the end of this Colab session"
     elif "google.colab" in sys.modules:
-        folder = Path("/content/gpucourse-checkpoints") / name
-        why = ("Colab's local disk, which is WIPED when the runtime ends. To keep checkpoints, mount "
-               "Google Drive first (from google.colab import drive; drive.mount('/content/drive')) "
-               "and run this cell again")
+        folder = cache.root() / "checkpoints" / name
+        why = ("the course's cache on Colab's local disk, which is WIPED when the runtime ends. To keep "
+               "checkpoints, mount Google Drive first (from google.colab import drive; "
+               "drive.mount('/content/drive')) and run this cell again")
     elif os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or KAGGLE.is_dir():
         folder, why = KAGGLE / "checkpoints" / name, ("/kaggle/working: kept as the notebook's output when you "
                                                       "save a version (Save & Run All), lost otherwise")

@@ -35,6 +35,7 @@ class Result:
     last_step: int = 0
     signalled_at: int | None = None      # the step after which the signal was sent
     seconds: float = 0.0
+    pid: int | None = None
 
     @property
     def killed(self) -> bool:
@@ -69,8 +70,9 @@ def command(out, **options) -> list:
 
 
 def run(out, *, timeout: float, kill_at: int | None = None, sig: int = signal.SIGKILL,
-        env: dict | None = None, **options) -> Result:
-    """Run the training script once; send ``sig`` when it reports step ``kill_at`` (None: never).
+        kill_when: str | None = None, env: dict | None = None, **options) -> Result:
+    """Run the training script once; send ``sig`` when it reports step ``kill_at`` (None: never),
+    or when it prints a line that starts with ``kill_when``.
 
     SIGKILL goes to the whole process group (the script and any DataLoader workers); another
     signal (SIGUSR1, SIGTERM) goes to the script alone, which saves and stops.
@@ -83,7 +85,7 @@ def run(out, *, timeout: float, kill_at: int | None = None, sig: int = signal.SI
     reader = threading.Thread(target=lambda: [lines.put(l.rstrip("\n")) for l in proc.stdout] + [lines.put(None)],
                               daemon=True)
     reader.start()
-    result = Result(returncode=None)
+    result = Result(returncode=None, pid=proc.pid)
     try:
         while True:
             left = start + timeout - time.perf_counter()
@@ -100,12 +102,14 @@ def run(out, *, timeout: float, kill_at: int | None = None, sig: int = signal.SI
             m = _STEP.match(line)
             if m:
                 result.last_step = int(m.group(1))
-                if kill_at is not None and result.signalled_at is None and result.last_step >= kill_at:
-                    result.signalled_at = result.last_step
-                    if sig == signal.SIGKILL:
-                        _killpg(proc.pid)
-                    else:
-                        proc.send_signal(sig)
+            due = (kill_at is not None and result.last_step >= kill_at) or \
+                (kill_when is not None and line.startswith(kill_when))
+            if due and result.signalled_at is None:
+                result.signalled_at = result.last_step
+                if sig == signal.SIGKILL:
+                    _killpg(proc.pid)
+                else:
+                    proc.send_signal(sig)
     except subprocess.TimeoutExpired:
         pass
     finally:

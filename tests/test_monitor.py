@@ -1,0 +1,66 @@
+"""Episode 9's monitor: psutil on the CPU, nvidia-smi (a fake one here) on a GPU."""
+
+from __future__ import annotations
+
+import datetime as dt
+import stat
+import time
+
+import torch
+
+from gpucourse import monitor
+
+FAKE_SMI = """#!/bin/sh
+echo "$@" > "{args}"
+i=0
+while true; do
+  echo "Warning: a line nvidia-smi may print"
+  echo "$(date '+%Y/%m/%d %H:%M:%S.000'), $((i % 3 * 40 + 10)), 1500"
+  echo "$(date '+%Y/%m/%d %H:%M:%S.000'), [N/A], [N/A]"
+  i=$((i + 1))
+  sleep 0.05
+done
+"""
+
+
+def test_parse_smi_line():
+    stamp, util, memory = monitor.parse_smi_line("2026/11/24 13:58:44.123, 87, 1523\n")
+    assert (util, memory) == (87.0, 1523.0)
+    assert stamp == dt.datetime(2026, 11, 24, 13, 58, 44, 123000)
+    for junk in ("2026/11/24 13:58:44.123, [N/A], [N/A]", "timestamp, utilization.gpu [%], memory.used [MiB]",
+                 "", "No devices were found"):
+        assert monitor.parse_smi_line(junk) is None
+
+
+def test_cpu_monitor_samples_this_process():
+    with monitor.Monitor(None, interval_s=0.05) as mon:
+        end = time.perf_counter() + 0.6
+        while time.perf_counter() < end:
+            sum(i * i for i in range(1000))
+    assert len(mon.times) >= 3 and len(mon.times) == len(mon.util) == len(mon.memory_mib)
+    assert all(m > 10 for m in mon.memory_mib)                  # MiB of a Python process with torch
+    assert mon.times == sorted(mon.times)
+    assert "CPU" in mon.util_label and not mon.gpu
+
+
+def test_gpu_monitor_reads_nvidia_smi(tmp_path, monkeypatch):
+    args = tmp_path / "args.txt"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(args=args))
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    with monitor.Monitor(torch.device("cuda", 0), interval_s=0.05) as mon:
+        time.sleep(0.8)
+    assert mon.gpu and "GPU" in mon.util_label
+    assert len(mon.util) >= 3
+    assert set(mon.util) <= {10.0, 50.0, 90.0} and set(mon.memory_mib) == {1500.0}
+    called = args.read_text()
+    assert "--query-gpu=timestamp,utilization.gpu,memory.used" in called
+    assert "--format=csv,noheader,nounits" in called and "-lms 50" in called
+    assert mon._proc.poll() is not None                          # stopped with the monitor
+
+
+def test_without_nvidia_smi_the_cpu_is_sampled(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    mon = monitor.Monitor(torch.device("cuda", 0), interval_s=0.05)
+    assert not mon.gpu and "nvidia-smi was not found" in capsys.readouterr().out

@@ -1,0 +1,150 @@
+"""Episode 9's helpers: exact resumes after SIGKILL, saves killed mid-write, signals, deadlines."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from gpucourse import checkpoint, survive
+
+OPTS = dict(epochs=2, samples=512, batch=32, every=5)     # 32 steps
+TIMEOUT = 120
+
+
+def weights(folder):
+    return torch.load(folder / "final.pt", weights_only=True)
+
+
+def assert_identical(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"{key}: max difference {(a[key] - b[key]).abs().max().item()}"
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("straight")
+    run = survive.run(folder, timeout=TIMEOUT, **OPTS)
+    assert run.returncode == 0, run.summary(20)
+    return weights(folder)
+
+
+def test_resume_after_sigkill_is_bitwise_identical_on_the_cpu(straight, tmp_path):
+    kill_at = random.randrange(6, 30)          # a step nobody chose
+    killed = survive.run(tmp_path, timeout=TIMEOUT, kill_at=kill_at, **OPTS)
+    assert killed.killed, killed.summary(20)
+    assert not (tmp_path / "final.pt").exists()
+    resumed = survive.run(tmp_path, timeout=TIMEOUT, **OPTS)
+    assert resumed.returncode == 0, resumed.summary(20)
+    assert any(line.startswith("resumed from checkpoint.pt") for line in resumed.lines), (kill_at, resumed.lines[:3])
+    assert_identical(weights(tmp_path), straight)
+
+
+def test_resume_with_loader_workers_is_bitwise_identical(straight, tmp_path):
+    killed = survive.run(tmp_path, timeout=TIMEOUT, kill_at=21, workers=2, **OPTS)
+    assert killed.killed, killed.summary(20)
+    resumed = survive.run(tmp_path, timeout=TIMEOUT, workers=2, **OPTS)
+    assert resumed.returncode == 0, resumed.summary(20)
+    assert_identical(weights(tmp_path), straight)
+
+
+def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(straight, tmp_path):
+    first = survive.run(tmp_path, timeout=TIMEOUT, stop_after=10, **OPTS)
+    assert first.returncode == 0, first.summary(20)
+    # the next save (after step 15) writes half the file, pauses, and is killed there
+    killed = survive.run(tmp_path, timeout=TIMEOUT, kill_when="saving: half written", slow_save=30, **OPTS)
+    assert killed.killed and killed.last_step == 15, killed.summary(20)
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint.pt.")]
+    assert leftovers, "the killed writer's temporary file should still be there"
+    ckpt = checkpoint.load(tmp_path / "checkpoint.pt", "cpu")       # whole, and the one before the kill
+    assert (ckpt["epoch"], ckpt["step"]) == (0, 10)
+    resumed = survive.run(tmp_path, timeout=TIMEOUT, **OPTS)
+    assert resumed.returncode == 0, resumed.summary(20)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("checkpoint.pt.")], "stale temporary kept"
+    assert_identical(weights(tmp_path), straight)
+
+
+def test_sigusr1_saves_then_stops_and_the_run_resumes(straight, tmp_path):
+    stopped = survive.run(tmp_path, timeout=TIMEOUT, kill_at=7, sig=signal.SIGUSR1, **OPTS)
+    assert stopped.returncode == 128 + signal.SIGUSR1, stopped.summary(20)
+    assert "SIGUSR1" in stopped.summary()
+    ckpt = checkpoint.load(tmp_path / "checkpoint.pt", "cpu")
+    assert ckpt["epoch"] * 16 + ckpt["step"] == stopped.last_step      # saved at the step it stopped
+    resumed = survive.run(tmp_path, timeout=TIMEOUT, **OPTS)
+    assert resumed.returncode == 0, resumed.summary(20)
+    assert_identical(weights(tmp_path), straight)
+
+
+def test_leaving_a_part_out_changes_the_result(straight, tmp_path):
+    from gpucourse import survive_train
+
+    args = ["--epochs", "2", "--samples", "512", "--batch", "32", "--quiet"]
+    survive_train.main(args + ["--out", str(tmp_path), "--stop-after", "20"])
+    survive_train.main(args + ["--out", str(tmp_path), "--forget", "optimizer"])
+    got = weights(tmp_path)
+    assert not all(torch.equal(got[k], straight[k]) for k in got)
+
+
+def test_bad_arguments_are_named(tmp_path):
+    run = survive.run(tmp_path, timeout=TIMEOUT, forget="weights")
+    assert run.returncode == 2
+    assert "unknown part(s) ['weights']" in "\n".join(run.lines)
+
+
+def test_the_deadline_kills_the_run(tmp_path):
+    run = survive.run(tmp_path, timeout=1.0, epochs=10_000)
+    assert run.returncode is None
+    assert "deadline" in run.summary()
+    with pytest.raises(ProcessLookupError):
+        os.kill(run.pid, 0)
+
+
+def test_rng_state_survives_a_weights_only_file(tmp_path):
+    random.seed(3)
+    np.random.seed(3)
+    torch.manual_seed(3)
+    state = checkpoint.rng_state()
+    want = (random.random(), np.random.rand(), torch.rand(1).item(), np.random.randn())
+    checkpoint.save({"rng": state}, tmp_path / "rng.pt")
+    random.seed(99)
+    np.random.seed(99)
+    torch.manual_seed(99)
+    checkpoint.set_rng_state(checkpoint.load(tmp_path / "rng.pt", "cpu")["rng"])
+    assert (random.random(), np.random.rand(), torch.rand(1).item(), np.random.randn()) == want
+
+
+def test_epoch_sampler_reshuffles_each_epoch_and_starts_mid_epoch():
+    s = checkpoint.EpochSampler(10, seed=1)
+    s.set_epoch(0)
+    first = list(s)
+    s.set_epoch(1)
+    assert sorted(list(s)) == list(range(10)) and list(s) != first
+    s.set_epoch(0, start=4)
+    assert list(s) == first[4:] and len(s) == 6
+
+
+def test_where_to_keep(tmp_path, monkeypatch, capsys):
+    chosen = checkpoint.where_to_keep("ep09", chosen=tmp_path / "mine")
+    assert chosen == tmp_path / "mine" and chosen.is_dir()
+    monkeypatch.setattr(checkpoint, "KAGGLE", tmp_path / "no-kaggle")
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
+    default = checkpoint.where_to_keep("ep09")
+    assert str(default).startswith(os.environ["GPUCOURSE_DATA"])      # the course's cache, nowhere else
+    # Colab without Drive: the cache, and a clear message; with Drive mounted: Drive
+    monkeypatch.setitem(sys.modules, "google.colab", object())
+    monkeypatch.setattr(checkpoint, "DRIVE", tmp_path / "drive" / "MyDrive")
+    capsys.readouterr()
+    local = checkpoint.where_to_keep("ep09")
+    assert str(local).startswith(os.environ["GPUCOURSE_DATA"]) and "WIPED" in capsys.readouterr().out
+    (tmp_path / "drive" / "MyDrive").mkdir(parents=True)
+    assert checkpoint.where_to_keep("ep09") == tmp_path / "drive" / "MyDrive" / "gpucourse-checkpoints" / "ep09"
+    monkeypatch.delitem(sys.modules, "google.colab")
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    monkeypatch.setattr(checkpoint, "KAGGLE", tmp_path / "kaggle" / "working")
+    assert checkpoint.where_to_keep("ep09") == tmp_path / "kaggle" / "working" / "checkpoints" / "ep09"
