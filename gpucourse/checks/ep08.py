@@ -1,0 +1,409 @@
+"""Checks for episode 8, "A language model on one GPU".
+
+``q1`` the bytes of a KV cache · ``q2`` the decode floor on a GPU of the table · ``q3`` the longest context
+that fits beside the weights · ``q4`` LoRA's trainable parameters.
+
+Every check calls the learner's function on several cases of its own, with different answers, so that a
+constant or an answer right for one case only cannot pass, and recomputes or measures the right result:
+``q1`` also runs a small Llama-type model and adds up the bytes its cache really holds; ``q3`` counts the
+parameters of each configuration on the meta device; ``q4`` builds each model with peft and asks peft for
+its own count of trainable parameters. A wrong answer that matches a known mistake on every case (or on the
+first case it gets wrong) is named.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..exercises import Exercise, NotDone, Wrong, as_number, call_answer, require_function, solution_link
+
+NOTEBOOK = "08-language-model.ipynb"
+GIB, MIB = 2**30, 2**20
+
+
+# --- shared ------------------------------------------------------------------------------------
+
+def _same(got: float, value: float, whole: bool = False) -> bool:
+    """Equal: to a millionth for measured quantities, exactly (to float rounding) for whole counts."""
+    if math.isnan(value):
+        return False
+    return abs(got - value) <= (1e-9 if whole else 1e-6) * abs(value) + 1e-12
+
+
+def _judge(results, alternatives, what_fn, unit: str, *, whole: bool):
+    """``results``: (case, got, expected); ``alternatives(case)``: {message: value}. Raise Wrong or return."""
+    wrong = [r for r in results if not _same(r[1], r[2], whole)]
+    if not wrong:
+        return
+    if len(results) > 1 and len({r[1] for r in results}) == 1 and len({r[2] for r in results}) > 1:
+        raise Wrong(f"your function returned {results[0][1]:,.6g} for every case, but the answers differ "
+                    f"(from {min(r[2] for r in results):,.6g} to {max(r[2] for r in results):,.6g} {unit}): compute "
+                    "it from the arguments, not from a number worked out once.")
+    for message in alternatives(results[0][0]):
+        if all(_same(got, alternatives(case)[message], whole) for case, got, _ in results):
+            raise Wrong(message)
+    case, got, expected = wrong[0]
+    right_on = len(results) - len(wrong)
+    where = f" (right for {right_on} of the {len(results)} cases)" if right_on else ""
+    for message, value in alternatives(case).items():
+        if _same(got, value, whole):
+            raise Wrong(f"{what_fn(case)} returned {got:,.6g}{where}: {message}")
+    if whole and not float(got).is_integer():
+        raise Wrong(f"{what_fn(case)} returned {got!r}; it should be a whole number of {unit} "
+                    f"(expected {expected:,.0f}).")
+    raise Wrong(f"{what_fn(case)} returned {got:,.6g}{where}; expected {expected:,.6g} {unit}.")
+
+
+def _config(**shape):
+    from ..llm import _quiet_imports
+
+    with _quiet_imports():
+        from transformers import LlamaConfig
+    return LlamaConfig(**shape)
+
+
+def _head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def _element_size(dtype) -> int:
+    import torch
+
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def _kv_bytes(config, tokens, batch, dtype, *, kv_heads=None, head_dim=None, factor=2, size=None, layers=None):
+    kv_heads = config.num_key_value_heads if kv_heads is None else kv_heads
+    head_dim = _head_dim(config) if head_dim is None else head_dim
+    size = _element_size(dtype) if size is None else size
+    layers = config.num_hidden_layers if layers is None else layers
+    return factor * layers * kv_heads * head_dim * size * tokens * batch
+
+
+def _kv_mistakes(config, tokens, batch, dtype) -> dict:
+    """What common mistakes give for the KV cache: {message: bytes}."""
+    right = _kv_bytes(config, tokens, batch, dtype)
+    return {
+        "the 2 is missing: the cache holds keys *and* values, one tensor of each per layer.":
+            _kv_bytes(config, tokens, batch, dtype, factor=1),
+        "you used the query heads (num_attention_heads); with grouped-query attention the cache has only "
+        "num_key_value_heads heads.": _kv_bytes(config, tokens, batch, dtype, kv_heads=config.num_attention_heads),
+        "you used hidden_size per layer, which is query heads × head dim; the cache stores num_key_value_heads "
+        "× head_dim values per token and layer.": _kv_bytes(config, tokens, batch, dtype, kv_heads=1,
+                                                              head_dim=config.hidden_size),
+        "you computed the head dimension as hidden_size // num_attention_heads, but this configuration sets "
+        "config.head_dim to something else: use config.head_dim.":
+            _kv_bytes(config, tokens, batch, dtype, head_dim=config.hidden_size // config.num_attention_heads),
+        "the bytes per value are wrong: use the dtype's own size (torch.empty(0, dtype=dtype).element_size(), "
+        "or dtype.itemsize), not 4 for every dtype.": _kv_bytes(config, tokens, batch, dtype, size=4),
+        "the bytes per value are wrong: use the dtype's own size, not 2 for every dtype.":
+            _kv_bytes(config, tokens, batch, dtype, size=2),
+        "that is in bits: divide by 8.": 8 * right,
+        "you counted values, not bytes: multiply by the dtype's bytes per value.": right / _element_size(dtype),
+        "the batch is missing: every sequence of the batch has its own cache.":
+            _kv_bytes(config, tokens, 1, dtype),
+        "the layers are missing: every layer keeps its own keys and values.":
+            _kv_bytes(config, tokens, batch, dtype, layers=1),
+        "that is in GiB; return bytes (1 GiB = 2**30 bytes).": right / GIB,
+        "that is in MiB; return bytes.": right / MIB,
+        "that is in GB; return bytes.": right / 1e9,
+    }
+
+
+# --- q1: the bytes of a KV cache ---------------------------------------------------------------------
+
+def _q1_cases():
+    import torch
+
+    return [
+        ("a Mistral-7B-like model (32 layers, 32 query heads, 8 KV heads, head_dim 128), float16, 4096 tokens, "
+         "batch 1", _config(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                            head_dim=128, intermediate_size=14336), 4096, 1, torch.float16),
+        ("a Qwen2.5-0.5B-like model (24 layers, 14 query heads, 2 KV heads, head_dim 64), bfloat16, 32768 tokens, "
+         "batch 2", _config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                            head_dim=64, intermediate_size=4864), 32768, 2, torch.bfloat16),
+        ("Llama 2 7B (32 layers, 32 heads and 32 KV heads: no GQA), float32, 100 tokens, batch 3",
+         _config(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                 head_dim=128, intermediate_size=11008), 100, 3, torch.float32),
+        ("a Gemma-7B-like model (28 layers, 16 heads, 16 KV heads, hidden_size 3072 but head_dim 256), "
+         "float8_e4m3fn, 8192 tokens, batch 4",
+         _config(hidden_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=16,
+                 head_dim=256, intermediate_size=24576), 8192, 4, torch.float8_e4m3fn),
+    ]
+
+
+def _measured_cache(config, tokens, batch, dtype) -> int:
+    """Run a small model with ``config`` and add up the bytes of its cache."""
+    import torch
+
+    from ..llm import _quiet_imports, cache_bytes
+
+    with _quiet_imports():
+        from transformers import LlamaForCausalLM
+    torch.manual_seed(81)
+    model = LlamaForCausalLM(config).to(dtype).eval()
+    with torch.no_grad():
+        cache = model(torch.randint(0, config.vocab_size, (batch, tokens)), use_cache=True,
+                      logits_to_keep=1).past_key_values
+    return cache_bytes(cache)
+
+
+def _check_kv_cache(kv_cache_bytes):
+    import torch
+
+    require_function(kv_cache_bytes, "kv_cache_bytes")
+    tiny = _config(vocab_size=256, hidden_size=96, intermediate_size=128, num_hidden_layers=3, num_attention_heads=6,
+                   num_key_value_heads=2, head_dim=32)
+    cases = [("a small model that the check runs (3 layers, 6 query heads, 2 KV heads, head_dim 32, hidden_size 96), "
+              "float32, 20 tokens, batch 3", tiny, 20, 3, torch.float32), *_q1_cases()]
+    results = []
+    for case in cases:
+        description, config, tokens, batch, dtype = case
+        what = f"kv_cache_bytes(config, {tokens}, {batch}, {dtype}) for {description}"
+        got = as_number(what, call_answer(kv_cache_bytes, config, tokens, batch, dtype, what=what))
+        expected = (_measured_cache(config, tokens, batch, dtype) if config is tiny
+                    else _kv_bytes(config, tokens, batch, dtype))
+        results.append((case, got, expected))
+    _judge(results, lambda c: _kv_mistakes(c[1], c[2], c[3], c[4]),
+           lambda c: f"kv_cache_bytes(config, {c[2]}, {c[3]}, {c[4]}) for {c[0]}", "bytes", whole=True)
+    mistral = results[1]
+    return (f"right on {len(results)} configurations, the first measured on a model the check ran. A Mistral-7B-like "
+            f"model keeps {mistral[2] / GIB:.2f} GiB of cache for one 4,096-token sequence in float16.")
+
+
+q1 = Exercise("ep08.q1", _check_kv_cache,
+              hint="What does one layer keep for one token of one sequence: how many heads' worth of keys, and of "
+                   "values, each of head_dim numbers? Which config attribute counts the heads the cache keeps, and "
+                   "how many bytes is one number of this dtype? Then multiply by layers, tokens and batch.",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q2: the decode floor ----------------------------------------------------------------------------
+
+def _q2_cases():
+    import torch
+
+    return [(6_738_415_616, torch.float16, "T4"), (1_235_814_400, torch.bfloat16, "H100 SXM"),
+            (70_553_706_496, torch.int8, "A100 80GB"), (134_515_008, torch.float32, "L4")]
+
+
+def _floor_ms(n, dtype, gpu, *, size=None, bandwidth=None, scale=1e3):
+    from ..llm import gpus
+
+    size = _element_size(dtype) if size is None else size
+    bandwidth = gpus()[gpu]["bandwidth_gbs"] * 1e9 if bandwidth is None else bandwidth
+    return n * size / bandwidth * scale
+
+
+def _floor_mistakes(n, dtype, gpu) -> dict:
+    from ..llm import gpus
+
+    spec = gpus()[gpu]
+    right = _floor_ms(n, dtype, gpu)
+    return {
+        "you read the bandwidth as GiB/s: the table's GB/s are 10**9 bytes per second, not 2**30.":
+            _floor_ms(n, dtype, gpu, bandwidth=spec["bandwidth_gbs"] * GIB),
+        "you left out the bytes per weight: the floor is parameters × bytes per value ÷ bandwidth.":
+            _floor_ms(n, dtype, gpu, size=1),
+        "the bytes per weight are wrong: use the dtype's own size (2 for float16, 1 for int8), not 4.":
+            _floor_ms(n, dtype, gpu, size=4),
+        "the bytes per weight are wrong: use the dtype's own size (4 for float32, 1 for int8), not 2.":
+            _floor_ms(n, dtype, gpu, size=2),
+        "that is in seconds; return milliseconds (× 1000).": right / 1e3,
+        "that is in microseconds; return milliseconds.": right * 1e3,
+        "that is tokens per second, the inverse: the floor is a time per token, in milliseconds.": 1e3 / right,
+        "you divided by the GPU's memory size; divide by its bandwidth (llm.gpus()[gpu]['bandwidth_gbs']).":
+            n * _element_size(dtype) / spec["memory_bytes"] * 1e3,
+        "you used bits per weight, not bytes: divide by 8.": right * 8,
+    }
+
+
+def _check_floor(decode_floor_ms):
+    require_function(decode_floor_ms, "decode_floor_ms")
+    results = []
+    for case in _q2_cases():
+        n, dtype, gpu = case
+        what = f"decode_floor_ms({n:_}, {dtype}, {gpu!r})"
+        got = as_number(what, call_answer(decode_floor_ms, n, dtype, gpu, what=what))
+        results.append((case, got, _floor_ms(n, dtype, gpu)))
+    _judge(results, lambda c: _floor_mistakes(*c), lambda c: f"decode_floor_ms({c[0]:_}, {c[1]}, {c[2]!r})",
+           "ms", whole=False)
+    t4 = results[0]
+    return (f"right on {len(results)} models and GPUs. Llama 2 7B in float16 cannot decode faster than "
+            f"{t4[2]:.1f} ms per token on a T4 at batch 1: {1e3 / t4[2]:.0f} tokens/s at most.")
+
+
+q2 = Exercise("ep08.q2", _check_floor,
+              hint="At batch 1, each new token reads every weight once. How many bytes is that, and how long does "
+                   "the GPU take to read them at its bandwidth (llm.gpus()[gpu]['bandwidth_gbs'], in 10**9 bytes/s)? "
+                   "Return milliseconds.",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q3: the longest context beside the weights ---------------------------------------------------
+
+def _q3_cases():
+    import torch
+
+    from ..llm import llama_config
+
+    return [
+        ("Llama 3.2 1B in float16 on a T4 (16 GB), batch 8", llama_config("Llama-3.2-1B"), torch.float16,
+         16 * 10**9, 8),
+        ("Llama 2 7B in bfloat16 on an L4 (24 GB), batch 1", llama_config("Llama-2-7B"), torch.bfloat16,
+         24 * 10**9, 1),
+        ("SmolLM2-135M in float32 within 1 GiB, batch 32", llama_config("SmolLM2-135M"), torch.float32, GIB, 32),
+        ("Llama 2 7B in float32 on a T4 (16 GB), batch 1: the weights alone do not fit", llama_config("Llama-2-7B"),
+         torch.float32, 16 * 10**9, 1),
+    ]
+
+
+def _max_context(config, dtype, memory_bytes, batch, *, params, weights=True, per_token=None,
+                 rounding=math.floor):
+    size = _element_size(dtype)
+    per_token = _kv_bytes(config, 1, 1, dtype) if per_token is None else per_token
+    room = memory_bytes - (params * size if weights else 0)
+    return rounding(room / (per_token * batch))
+
+
+def _q3_mistakes(case, params) -> dict:
+    _, config, dtype, memory_bytes, batch = case
+    right = max(0, _max_context(config, dtype, memory_bytes, batch, params=params))
+    per = lambda **kw: _kv_bytes(config, 1, 1, dtype, **kw)   # noqa: E731
+    return {
+        "the weights are missing: the cache gets only what the weights leave of the memory.":
+            _max_context(config, dtype, memory_bytes, batch, params=params, weights=False),
+        "the batch is missing: the memory holds one cache per sequence, so divide by the batch as well.":
+            max(0, _max_context(config, dtype, memory_bytes, 1, params=params)),
+        "one token too many: round down (a cache of a fraction of a token does not exist, and rounding up "
+        "overflows the memory).": max(0, _max_context(config, dtype, memory_bytes, batch, params=params,
+                                                        rounding=math.ceil)) if right else math.nan,
+        "the 2 is missing from the cache per token: keys and values.":
+            max(0, _max_context(config, dtype, memory_bytes, batch, params=params, per_token=per(factor=1))),
+        "you used the query heads; the cache keeps num_key_value_heads heads.":
+            max(0, _max_context(config, dtype, memory_bytes, batch, params=params,
+                                per_token=per(kv_heads=config.num_attention_heads))),
+        "when the weights alone do not fit, no context fits: return 0, not a negative number.":
+            _max_context(config, dtype, memory_bytes, batch, params=params) if right == 0 else math.nan,
+    }
+
+
+def _check_context(max_context):
+    from ..llm import count_parameters
+
+    require_function(max_context, "max_context")
+    results, params = [], {}
+    for case in _q3_cases():
+        description, config, dtype, memory_bytes, batch = case
+        params[description] = count_parameters(config)
+        what = f"max_context(config, {dtype}, {memory_bytes:_}, {batch}) for {description}"
+        raw = call_answer(max_context, config, dtype, memory_bytes, batch, what=what)
+        got = as_number(what, raw)
+        expected = max(0, _max_context(config, dtype, memory_bytes, batch, params=params[description]))
+        results.append((case, got, expected))
+    _judge(results, lambda c: _q3_mistakes(c, params[c[0]]),
+           lambda c: f"max_context(config, {c[2]}, {c[3]:_}, {c[4]}) for {c[0]}", "tokens", whole=True)
+    t4 = results[0]
+    return (f"right on {len(results)} cases. Eight sequences of Llama 3.2 1B on a T4 can each hold {t4[2]:,.0f} "
+            "tokens before the cache fills what the weights leave.")
+
+
+q3 = Exercise("ep08.q3", _check_context,
+              hint="How many bytes are left once the weights (parameters × bytes per value; llm.count_parameters "
+                   "counts the parameters) are in memory? How many bytes does one more token cost for the whole "
+                   "batch? The answer is a whole number of tokens that must not overflow, and never negative.",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q4: LoRA's trainable parameters --------------------------------------------------------------
+
+LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _shapes(config) -> dict:
+    """(in, out) of each linear layer of a Llama-type decoder layer."""
+    h, i, d = config.hidden_size, config.intermediate_size, _head_dim(config)
+    return {"q_proj": (h, config.num_attention_heads * d), "k_proj": (h, config.num_key_value_heads * d),
+            "v_proj": (h, config.num_key_value_heads * d), "o_proj": (config.num_attention_heads * d, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+
+def _lora_formula(config, r, targets, *, rule=lambda i, o, r: r * (i + o), gqa=True, layers=None):
+    shapes = _shapes(config)
+    if not gqa:
+        shapes = {k: (i, config.hidden_size if k in ("k_proj", "v_proj") else o) for k, (i, o) in shapes.items()}
+    layers = config.num_hidden_layers if layers is None else layers
+    return layers * sum(rule(*shapes[t], r) for t in targets)
+
+
+def _q4_cases():
+    tiny = _config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=16)
+    other = _config(vocab_size=128, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
+                    num_key_value_heads=1, head_dim=8)
+    return [
+        ("r=4 on q_proj and v_proj", tiny, 4, ["q_proj", "v_proj"]),
+        ("r=8 on q, k, v and o", tiny, 8, ["q_proj", "k_proj", "v_proj", "o_proj"]),
+        ("r=2 on the MLP (gate, up, down)", other, 2, ["gate_proj", "up_proj", "down_proj"]),
+        ("r=16 on all seven linear layers", other, 16, list(LINEAR)),
+    ]
+
+
+def _peft_count(config, r, targets) -> int:
+    import torch
+
+    from ..llm import _quiet_imports, lora_model
+
+    with _quiet_imports():
+        from peft import LoraConfig
+        from transformers import LlamaForCausalLM
+    torch.manual_seed(84)
+    model = lora_model(LlamaForCausalLM(config), LoraConfig(r=r, target_modules=list(targets), task_type="CAUSAL_LM"))
+    return model.get_nb_trainable_parameters()[0]
+
+
+def _q4_mistakes(case) -> dict:
+    _, config, r, targets = case
+    return {
+        "you counted a full r × in × out matrix; LoRA learns two thin ones, A (r × in) and B (out × r): "
+        "r × (in + out) parameters per layer.": _lora_formula(config, r, targets, rule=lambda i, o, r: r * i * o),
+        "you counted only A (r × in); B (out × r) is trained too.":
+            _lora_formula(config, r, targets, rule=lambda i, o, r: r * i),
+        "you counted only B (out × r); A (r × in) is trained too.":
+            _lora_formula(config, r, targets, rule=lambda i, o, r: r * o),
+        "you treated k_proj and v_proj as hidden_size → hidden_size; with grouped-query attention they map to "
+        "num_key_value_heads × head_dim.": _lora_formula(config, r, targets, gqa=False),
+        "the layers are missing: every decoder layer gets its own adapters.":
+            _lora_formula(config, r, targets, layers=1),
+        "you counted r × 2 × hidden_size for every target; the MLP layers have intermediate_size on one side.":
+            _lora_formula(config, r, targets, rule=lambda i, o, r: 2 * r * config.hidden_size),
+        "you added the frozen base weights; only the adapters are trainable.":
+            _lora_formula(config, r, targets) + _lora_formula(config, r, targets, rule=lambda i, o, r: i * o),
+    }
+
+
+def _check_lora(lora_trainable):
+    require_function(lora_trainable, "lora_trainable")
+    results = []
+    for case in _q4_cases():
+        description, config, r, targets = case
+        what = f"lora_trainable(config, {r}, {targets}) for {description}"
+        got = as_number(what, call_answer(lora_trainable, config, r, list(targets), what=what))
+        results.append((case, got, _peft_count(config, r, targets)))
+    _judge(results, _q4_mistakes, lambda c: f"lora_trainable(config, {c[2]}, {c[3]}) for {c[0]}", "parameters",
+           whole=True)
+    from ..llm import llama_config
+
+    smol = _lora_formula(llama_config("SmolLM2-135M"), 8, ["q_proj", "k_proj", "v_proj", "o_proj"])
+    return (f"right on {len(results)} models, ranks and targets, each counted by peft itself. With r=8 on q, k, v "
+            f"and o, SmolLM2-135M trains {smol:,} of its 134,515,008 parameters ({smol / 134_515_008:.2%}).")
+
+
+q4 = Exercise("ep08.q4", _check_lora,
+              hint="For one linear layer W (out × in), LoRA adds A and B: what are their shapes for rank r? Which "
+                   "(in, out) does each target have (q_proj and o_proj use the query heads, k_proj and v_proj the "
+                   "KV heads, the MLP intermediate_size)? How many layers have them?",
+              solution=solution_link(NOTEBOOK))
+
+
+__all__ = ["q1", "q2", "q3", "q4", "NotDone"]

@@ -1,0 +1,293 @@
+"""Episode 8's checks, three ways: right answers pass, stubs are "not done", wrong answers teach.
+
+Each exercise has a list of plausible wrong answers named by their mistake: forgetting the 2 for keys and
+values, query heads instead of KV heads, GiB for GB, bits for bytes, seconds for milliseconds, the weights or
+the batch left out, rounding up, a full r × in × out matrix for LoRA, answers right on one case only, and
+constants. Every one must be rejected with a message that names its mistake.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gpucourse import llm
+from gpucourse.checks import ep08
+from gpucourse.exercises import ____
+
+from checking import assert_wrong, outcome
+
+GIB = 2**30
+
+
+def size_of(dtype):
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+# --- q1: KV-cache bytes ------------------------------------------------------------------------
+
+def kv_cache_bytes(config, tokens, batch, dtype):
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * size_of(dtype) * tokens * batch
+
+
+def kv_cache_bytes_itemsize(config, tokens, batch, dtype):
+    per_layer = 2 * config.num_key_value_heads * config.head_dim * dtype.itemsize
+    return float(per_layer * config.num_hidden_layers * tokens * batch)
+
+
+def kv_formula(factor=2, heads="kv", head_dim="config", size=None, batch=True, layers=True, scale=1.0):
+    def fn(config, tokens, b, dtype):
+        h = {"kv": config.num_key_value_heads, "q": config.num_attention_heads}[heads]
+        d = config.head_dim if head_dim == "config" else config.hidden_size // config.num_attention_heads
+        s = size_of(dtype) if size is None else size
+        return factor * (config.num_hidden_layers if layers else 1) * h * d * s * tokens * (b if batch else 1) * scale
+    return fn
+
+
+def kv_hidden(config, tokens, batch, dtype):
+    return 2 * config.num_hidden_layers * config.hidden_size * size_of(dtype) * tokens * batch
+
+
+def kv_right_once(config, tokens, batch, dtype):
+    return kv_cache_bytes(config, tokens, batch, dtype) if tokens == 20 else 12345
+
+
+Q1_WRONG = {
+    "forgot the 2 for K and V": (kv_formula(factor=1), ["keys *and* values"]),
+    "query heads instead of KV heads": (kv_formula(heads="q"), ["query heads", "num_key_value_heads"]),
+    "hidden_size per layer": (kv_hidden, ["hidden_size"]),
+    "head dim from hidden_size // heads": (kv_formula(head_dim="derived"), ["config.head_dim"]),
+    "4 bytes for every dtype": (kv_formula(size=4), ["dtype's own size"]),
+    "2 bytes for every dtype": (kv_formula(size=2), ["dtype's own size"]),
+    "bits instead of bytes": (kv_formula(scale=8), ["bits"]),
+    "GiB instead of bytes": (kv_formula(scale=1 / GIB), ["GiB"]),
+    "GB instead of bytes": (kv_formula(scale=1e-9), ["in GB"]),
+    "forgot the batch": (kv_formula(batch=False), ["batch"]),
+    "forgot the layers": (kv_formula(layers=False), ["layers"]),
+    "a constant": (lambda config, tokens, batch, dtype: 1_000_000, ["for every case"]),
+    "right on one case only": (kv_right_once, ["right for 1 of the 5"]),
+    "text": (lambda config, tokens, batch, dtype: "1 GB", ["should be a number"]),
+    "half a byte": (lambda config, tokens, batch, dtype: kv_cache_bytes(config, tokens, batch, dtype) + 0.5,
+                    ["whole number"]),
+}
+
+
+def test_q1_right_answers_pass_and_stubs_are_not_done():
+    for fn in (kv_cache_bytes, kv_cache_bytes_itemsize):
+        result, message = outcome(ep08.q1, fn)
+        assert result == "correct", message
+    assert outcome(ep08.q1, ____)[0] == "not-done"
+    assert outcome(ep08.q1, lambda config, tokens, batch, dtype: ____)[0] == "not-done"
+
+
+@pytest.mark.parametrize("name", Q1_WRONG)
+def test_q1_wrong_answers_are_named(name):
+    fn, words = Q1_WRONG[name]
+    assert_wrong(ep08.q1, (fn,), words)
+
+
+def test_q1_measures_a_real_cache():
+    """The first case's expected value is the cache a model really holds, not the check's own formula."""
+    config = llm.llama_config("SmolLM2-135M", num_hidden_layers=2, hidden_size=64, intermediate_size=64,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=64)
+    assert ep08._measured_cache(config, 7, 2, torch.float32) == kv_cache_bytes(config, 7, 2, torch.float32)
+
+
+# --- q2: the decode floor --------------------------------------------------------------------------
+
+def decode_floor_ms(n_params, dtype, gpu):
+    return n_params * size_of(dtype) / (llm.gpus()[gpu]["bandwidth_gbs"] * 1e9) * 1e3
+
+
+def floor_variant(size=None, bandwidth_unit=1e9, scale=1e3, memory=False, invert=False):
+    def fn(n, dtype, gpu):
+        spec = llm.gpus()[gpu]
+        s = size_of(dtype) if size is None else size
+        denominator = spec["memory_bytes"] if memory else spec["bandwidth_gbs"] * bandwidth_unit
+        value = n * s / denominator * scale
+        return 1e3 / value if invert else value
+    return fn
+
+
+Q2_WRONG = {
+    "GiB/s instead of GB/s": (floor_variant(bandwidth_unit=GIB), ["GiB/s"]),
+    "forgot the bytes per weight": (floor_variant(size=1), ["bytes per weight"]),
+    "4 bytes always": (floor_variant(size=4), ["dtype's own size"]),
+    "2 bytes always": (floor_variant(size=2), ["dtype's own size"]),
+    "seconds instead of ms": (floor_variant(scale=1), ["seconds"]),
+    "microseconds instead of ms": (floor_variant(scale=1e6), ["microseconds"]),
+    "tokens per second": (floor_variant(invert=True), ["tokens per second"]),
+    "memory size instead of bandwidth": (floor_variant(memory=True), ["memory size"]),
+    "bits": (floor_variant(scale=8e3), ["bits"]),
+    "a constant": (lambda n, dtype, gpu: 42.1, ["for every case"]),
+    "a wrong GPU table": (lambda n, dtype, gpu: n * size_of(dtype) / 320e9 * 1e3, ["right for 1 of the 4"]),
+}
+
+
+def test_q2_right_answer_passes_and_stub_is_not_done():
+    result, message = outcome(ep08.q2, decode_floor_ms)
+    assert result == "correct", message
+    assert outcome(ep08.q2, ____)[0] == "not-done"
+    assert outcome(ep08.q2, lambda n, dtype, gpu: ____)[0] == "not-done"
+
+
+@pytest.mark.parametrize("name", Q2_WRONG)
+def test_q2_wrong_answers_are_named(name):
+    fn, words = Q2_WRONG[name]
+    assert_wrong(ep08.q2, (fn,), words)
+
+
+# --- q3: the longest context -------------------------------------------------------------------------
+
+def max_context(config, dtype, memory_bytes, batch):
+    size = size_of(dtype)
+    weights = llm.count_parameters(config) * size
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * size
+    return max(0, (memory_bytes - weights) // (per_token * batch))
+
+
+def context_variant(weights=True, batch=True, factor=2, heads="kv", rounding=math.floor, clamp=True):
+    def fn(config, dtype, memory_bytes, b):
+        size = size_of(dtype)
+        h = config.num_key_value_heads if heads == "kv" else config.num_attention_heads
+        per_token = factor * config.num_hidden_layers * h * config.head_dim * size
+        room = memory_bytes - (llm.count_parameters(config) * size if weights else 0)
+        value = rounding(room / (per_token * (b if batch else 1)))
+        return max(0, value) if clamp else value
+    return fn
+
+
+Q3_WRONG = {
+    "forgot the weights": (context_variant(weights=False), ["weights are missing"]),
+    "forgot the batch": (context_variant(batch=False), ["batch is missing"]),
+    "rounded up": (context_variant(rounding=math.ceil), ["one token too many"]),
+    "forgot the 2": (context_variant(factor=1), ["keys and values"]),
+    "query heads": (context_variant(heads="q"), ["query heads"]),
+    "negative when the weights do not fit": (context_variant(clamp=False), ["return 0"]),
+    "a float with a fraction": (lambda *args: max_context(*args) + 0.25, ["whole number"]),
+    "a constant": (lambda config, dtype, memory_bytes, batch: 4096, ["for every case"]),
+}
+
+
+def test_q3_right_answer_passes_and_stub_is_not_done():
+    result, message = outcome(ep08.q3, max_context)
+    assert result == "correct", message
+    assert outcome(ep08.q3, ____)[0] == "not-done"
+
+
+@pytest.mark.parametrize("name", Q3_WRONG)
+def test_q3_wrong_answers_are_named(name):
+    fn, words = Q3_WRONG[name]
+    assert_wrong(ep08.q3, (fn,), words)
+
+
+# --- q4: LoRA's trainable parameters -----------------------------------------------------------------
+
+def shapes(config):
+    h, d, i = config.hidden_size, config.head_dim, config.intermediate_size
+    q, kv = config.num_attention_heads * d, config.num_key_value_heads * d
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+
+def lora_trainable(config, r, targets):
+    return config.num_hidden_layers * sum(r * sum(shapes(config)[t]) for t in targets)
+
+
+def lora_from_modules(config, r, targets):
+    """Another right way: count on a real model with the layers' own shapes."""
+    with torch.device("meta"):
+        from transformers import LlamaForCausalLM
+        model = LlamaForCausalLM(config)
+    return sum(r * (m.in_features + m.out_features) for name, m in model.named_modules()
+               if name.split(".")[-1] in targets)
+
+
+def lora_variant(rule, gqa=True, layers=True):
+    def fn(config, r, targets):
+        s = shapes(config)
+        if not gqa:
+            s = {k: (i, config.hidden_size if k in ("k_proj", "v_proj") else o) for k, (i, o) in s.items()}
+        return (config.num_hidden_layers if layers else 1) * sum(rule(*s[t], r) for t in targets)
+    return fn
+
+
+Q4_WRONG = {
+    "a full r × in × out matrix": (lora_variant(lambda i, o, r: r * i * o), ["r × (in + out)"]),
+    "only A": (lora_variant(lambda i, o, r: r * i), ["only A"]),
+    "only B": (lora_variant(lambda i, o, r: r * o), ["only B"]),
+    "k and v without GQA": (lora_variant(lambda i, o, r: r * (i + o), gqa=False), ["grouped-query"]),
+    "forgot the layers": (lora_variant(lambda i, o, r: r * (i + o), layers=False), ["layers are missing"]),
+    "2 r hidden for every target": (lambda config, r, targets: config.num_hidden_layers * len(targets) * 2 * r
+                                    * config.hidden_size, ["intermediate_size"]),
+    "base weights counted": (lambda config, r, targets: lora_trainable(config, r, targets)
+                             + lora_variant(lambda i, o, r: i * o)(config, r, targets), ["frozen base weights"]),
+    "a constant": (lambda config, r, targets: 30720, ["for every case"]),
+}
+
+
+def test_q4_right_answers_pass_and_stub_is_not_done():
+    for fn in (lora_trainable, lora_from_modules):
+        result, message = outcome(ep08.q4, fn)
+        assert result == "correct", message
+    assert outcome(ep08.q4, ____)[0] == "not-done"
+
+
+@pytest.mark.parametrize("name", Q4_WRONG)
+def test_q4_wrong_answers_are_named(name):
+    fn, words = Q4_WRONG[name]
+    assert_wrong(ep08.q4, (fn,), words)
+
+
+# --- the helper --------------------------------------------------------------------------------------
+
+def test_parameter_counts_match_the_published_sizes():
+    assert llm.count_parameters(llm.llama_config("SmolLM2-135M")) == 134_515_008
+    assert llm.count_parameters(llm.llama_config("Llama-2-7B")) == 6_738_415_616
+
+
+def test_offline_model_is_the_architecture_with_random_weights(monkeypatch):
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "1")
+    monkeypatch.delenv("GPUCOURSE_REQUIRE_REAL_DATA", raising=False)
+    model, tokenizer, about = llm.load_model(device="cpu", dtype=torch.float32, layers=1)
+    assert tokenizer is None and "RANDOM weights" in about and "1 of 30 layers" in about
+    assert model.config.hidden_size == 576 and model.config.num_key_value_heads == 3
+
+
+def test_offline_model_is_refused_when_real_data_is_required(monkeypatch):
+    from gpucourse.settings import StandInRefused
+
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "1")
+    monkeypatch.setenv("GPUCOURSE_REQUIRE_REAL_DATA", "1")
+    with pytest.raises(StandInRefused):
+        llm.load_model(device="cpu", dtype=torch.float32, layers=1)
+
+
+def test_lora_model_survives_peft_refusing_an_old_torchao(monkeypatch, capsys):
+    """Colab's peft 0.20 with torchao 0.10 raises this ImportError for plain LoRA; the helper goes on."""
+    import peft.tuners.lora.torchao as lora_torchao
+    from peft import LoraConfig
+
+    def refuse():
+        raise ImportError("Found an incompatible version of torchao. Found version 0.10.0, but only versions "
+                          "above 0.16.0 are supported")
+
+    monkeypatch.setattr(lora_torchao, "is_torchao_available", refuse)
+    config = llm.llama_config("SmolLM2-135M", num_hidden_layers=1, hidden_size=64, intermediate_size=64,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=64)
+    from transformers import LlamaForCausalLM
+
+    model = llm.lora_model(LlamaForCausalLM(config), LoraConfig(r=2, target_modules=["q_proj"]))
+    assert model.get_nb_trainable_parameters()[0] == 2 * (64 + 64)
+    assert "incompatible version of torchao" in capsys.readouterr().out
+
+
+def test_tensor_bytes_counts_quantized_weights():
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    llm.import_libraries()
+    layer = torch.nn.Sequential(torch.nn.Linear(64, 32))
+    quantize_(layer, Int8WeightOnlyConfig())
+    assert 64 * 32 <= llm.tensor_bytes(layer[0].weight) < 64 * 32 * 2     # int8 values and a scale per row
