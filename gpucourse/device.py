@@ -143,17 +143,35 @@ def report(frameworks=("torch", "tensorflow")) -> list[FrameworkReport]:
     return [makers[f]() for f in frameworks]
 
 
+KAGGLE_GPU_STEPS = (
+    "On Kaggle: in the notebook's right panel, Session options → Accelerator: GPU T4 x2 "
+    "(a phone-verified account; about 30 GPU hours a week)."
+)
+NO_GPU_FREE = (
+    "If no GPU is free (Colab: \"Cannot connect to GPU backend\", usually a used-up usage limit or busy "
+    "GPUs): carry on here on the CPU, where every cell runs at reduced size; try Colab again in a few hours; "
+    "or open the notebook on Kaggle (the Open in Kaggle badge at the top)."
+)
+
+
+def in_kaggle() -> bool:
+    """True inside a Kaggle notebook."""
+    return "KAGGLE_KERNEL_RUN_TYPE" in os.environ
+
+
 def no_gpu_banner() -> str:
-    """The message shown when no framework sees a GPU."""
-    where = (
-        COLAB_GPU_STEPS
-        if in_colab()
-        else "On your own machine: install a GPU build (see the course's Setup page) "
-        "or open this notebook in Google Colab with a GPU runtime."
-    )
+    """The message shown when no framework sees a GPU: how to get one here, and what to do if none is free."""
+    if in_colab():
+        where = COLAB_GPU_STEPS
+    elif in_kaggle():
+        where = KAGGLE_GPU_STEPS
+    else:
+        where = ("On your own machine: install a GPU build (see the course's Setup page), "
+                 "or open this notebook in Google Colab with a GPU runtime.")
     return (
         "⚠ NO GPU FOUND — everything below runs on the CPU, at reduced size.\n"
-        f"  To use a GPU: {where}"
+        f"  To use a GPU: {where}\n"
+        f"  {NO_GPU_FREE}"
     )
 
 
@@ -185,3 +203,40 @@ def print_report(frameworks=("torch", "tensorflow")) -> list[FrameworkReport]:
     reports = report(frameworks)
     print(format_report(reports))
     return reports
+
+
+# --------------------------------------------------------------------------- which backend, which GPU
+
+def backend() -> str:
+    """Which accelerator backend this PyTorch build has and can use: CUDA, ROCm, Apple's MPS, Intel's XPU or none."""
+    import torch
+
+    if torch.version.hip:
+        build = f"ROCm/HIP {torch.version.hip} (AMD GPUs, still named 'cuda' devices)"
+    elif torch.version.cuda:
+        build = f"CUDA {torch.version.cuda} (NVIDIA GPUs)"
+    else:
+        build = "no CUDA or ROCm (a CPU-only build)"
+    usable = [name for name, ok in (
+        ("cuda", torch.cuda.is_available()),
+        ("mps", getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()),
+        ("xpu", hasattr(torch, "xpu") and torch.xpu.is_available()),
+    ) if ok]
+    return f"PyTorch {torch.__version__} built for {build}; usable devices: {', '.join(usable) or 'the CPU only'}"
+
+
+def datasheet_table(gpu_name: str | None = None) -> str:
+    """The datasheet figures of the GPU models the course knows (``references/bands.json``), one per row,
+    with the row of ``gpu_name`` (as the driver reports it) marked; a line says so if the model is not there."""
+    from .reference import bands, gpu_model
+
+    mine, _ = gpu_model(gpu_name)
+    rows = [f"   {'model':<22} {'FP32 TFLOP/s':>12} {'FP16 tensor':>11} {'memory GB/s':>11} {'host link GB/s':>14}"]
+    for model, spec in bands()["models"].items():
+        cells = [spec.get(k) for k in ("fp32_tflops", "fp16_tensor_dense_tflops", "memory_gbs", "pcie_x16_gbs")]
+        text = [f"{v:g}" if v is not None else "—" for v in cells]
+        rows.append(f"{'→' if model == mine else ' '}  {model:<22} {text[0]:>12} {text[1]:>11} {text[2]:>11} "
+                    f"{text[3]:>14}")
+    if gpu_name and mine is None:
+        rows.append(f"(your {gpu_name} is not in the table: look up its datasheet)")
+    return "\n".join(rows)

@@ -105,3 +105,32 @@ def test_nvidia_smi_that_hangs_is_reported(only_tmp_on_path):
     sleep = shutil.which("sleep", path=os.defpath) or "/bin/sleep"
     fake_nvidia_smi(only_tmp_on_path, f"exec {sleep} 30\n")
     assert "no answer within 0.5 s" in device.nvidia_smi(timeout=0.5)
+
+
+def test_banner_on_kaggle_names_the_accelerator_and_what_to_do_without_one(monkeypatch):
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    text = device.no_gpu_banner()
+    assert "GPU T4 x2" in text and "Runtime → Change runtime type" not in text
+    assert "Cannot connect to GPU backend" in text and "reduced size" in text
+
+
+def test_backend_names_the_build_and_what_is_usable():
+    from gpucourse.fakecuda import fake_gpu
+
+    assert "CPU-only build" in device.backend() and "the CPU only" in device.backend()
+    with fake_gpu("L4", cuda_version="12.8"):
+        text = device.backend()
+    assert "CUDA 12.8 (NVIDIA GPUs)" in text and text.endswith("usable devices: cuda")
+
+
+@pytest.mark.parametrize("name, marked", [("Tesla T4", "Tesla T4"), ("NVIDIA H100 NVL", "NVIDIA H100 NVL"),
+                                          ("NVIDIA GH200 480GB", "NVIDIA GH200"), (None, None),
+                                          ("NVIDIA RTX A6000", None)])
+def test_the_datasheet_table_marks_the_learners_gpu(name, marked):
+    lines = device.datasheet_table(name).splitlines()
+    arrows = [line for line in lines if line.startswith("→")]
+    assert [line.split("  ")[1].strip() for line in arrows] == ([marked] if marked else [])
+    assert any("Tesla T4" in line for line in lines) and len(lines) >= 9
+    assert ("not in the table" in lines[-1]) == (name is not None and marked is None)
