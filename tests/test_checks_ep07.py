@@ -320,7 +320,9 @@ def test_q4_wrong(fn, words):
 
 
 def test_q4_one_deadline_for_all_ranks(monkeypatch):
-    monkeypatch.setattr(ep07, "_COLLECTIVE_TIMEOUT", 0.1)
+    from gpucourse import exercises
+
+    monkeypatch.setattr(exercises, "DEADLINE_S", 1.0)
 
     def spins(rank, world_size, batches, all_reduce, lr):   # never returns, never calls a collective
         end = time.monotonic() + 5
@@ -357,8 +359,8 @@ def _unfreezes(m, w, b):
 
 
 @pytest.mark.parametrize("fn, words", [
-    (_casts_to_float32, ["4 bytes per parameter", "element_size"]),
-    (_unfreezes, ["frozen"]),
+    (_casts_to_float32, ["changed the model", "dtype", "for good", "element_size"]),
+    (_unfreezes, ["changed the model", "requires_grad"]),
     (lambda m, w, b: _factor(w) * sum(p.grad.numel() for p in m.parameters()) / (b * 1e9), ["p.grad is None"]),
 ])
 def test_q3_answers_that_change_the_model_or_read_grad(fn, words):
@@ -424,3 +426,127 @@ def test_q4_tensor_step_count_is_right():
             weight -= lr * float(grad)
         return weight, losses
     assert ep07.q4.outcome(tensors)[0] == "correct"
+
+
+# --- the conditions that matter (issue: classes of answers a check must not let through) ------------
+
+def test_q1_uneven_ratios_and_other_ways_of_writing_it():
+    assert ep07.q1.outcome(lambda s, w, p, r, lr, b: float(np.interp(s, [0, w], [lr, lr * p * r / b])))[0] \
+        == "correct"
+    from fractions import Fraction
+    assert ep07.q1.outcome(lambda s, w, p, r, lr, b: float(lr + (lr * Fraction(p * r, b) - lr)
+                                                           * Fraction(min(s, w), w)))[0] == "correct"
+
+
+@pytest.mark.parametrize("fn, words", [
+    (lambda s, w, p, r, lr, b: _ramp(s, w, lr, lr * (p * r // b)), ["integer division", "//", "use /"]),
+    (lambda s, w, p, r, lr, b: _ramp(s, w, lr, (lr * p * r) // b), ["integer division"]),
+    (lambda s, w, p, r, lr, b: lr + (_peak(p, r, lr, b) - lr) * (min(s, w) // w), ["not jump", "use /"]),
+])
+def test_q1_integer_division_is_named(fn, words):
+    assert_wrong(ep07.q1, (fn,), words)
+
+
+def _hash_seeded(n, rank, world, epoch, seed=0):        # hash() of a string differs between processes
+    import random
+
+    order = list(range(n))
+    random.Random(hash(f"shuffle-{seed}-{epoch}")).shuffle(order)
+    per = n // world
+    return order[:per * world][rank::world]
+
+
+def _pid_seeded(n, rank, world, epoch, seed=0):          # the same in one process, not across ranks
+    import os
+
+    order = np.random.default_rng([os.getpid(), seed, epoch]).permutation(n)
+    return order[:n // world * world][rank::world]
+
+
+def _rotated(n, rank, world, epoch, seed=0):             # "a new order each epoch" that is a rotation
+    order = np.roll(np.random.default_rng(seed).permutation(n), 7 * epoch)
+    return order[:n // world * world][rank::world]
+
+
+def _rotated_blocks(n, rank, world, epoch, seed=0):
+    order = np.roll(np.random.default_rng(seed).permutation(n), epoch * (n // 3))
+    per = n // world
+    return order[rank * per:(rank + 1) * per]
+
+
+@pytest.mark.parametrize("fn, words", [
+    (_hash_seeded, ["fresh python process", "hash()", "pythonhashseed", "(seed, epoch)"]),
+    (_pid_seeded, ["fresh python process", "getpid"]),
+    (_rotated, ["rotated", "new random permutation"]),
+    (_rotated_blocks, ["rotated"]),
+])
+def test_q2_per_process_state_and_rotations_are_rejected(fn, words):
+    assert_wrong(ep07.q2, (fn,), words)
+
+
+def test_q2_right_answers_written_otherwise():
+    import torch
+
+    def with_torch(n, rank, world, epoch, seed=0):
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(1000 * seed + epoch))
+        return order[: n // world * world][rank::world].tolist()
+
+    def with_random(n, rank, world, epoch, seed=0):
+        import random as rnd
+
+        order = list(range(n))
+        rnd.Random(f"{seed}-{epoch}").shuffle(order)    # a str seed goes through SHA-512: no hash()
+        return order[rank:n // world * world:world]
+    for fn in (with_torch, with_random, shard_blocks):
+        result, message = ep07.q2.outcome(fn)
+        assert result == "correct", message
+
+
+def test_q3_one_element_size_for_all_parameters_is_named():
+    def first_size(m, w, b):
+        params = list(m.parameters())
+        n = sum(p.numel() for p in params if p.requires_grad)
+        return _factor(w) * n * params[0].element_size() / (b * 1e9)
+    assert_wrong(ep07.q3, (first_size,), ["one parameter's element_size()", "its own dtype"])
+
+
+def _min_by_max(rank, world_size, batches, all_reduce, lr):    # -max(-n) is min(n)
+    weight, losses = 0.0, []
+    for step in range(-int(all_reduce(-len(batches), op="max"))):
+        grad = all_reduce(local_grad(weight, batches[step])) / world_size
+        losses.append(all_reduce(local_loss(weight, batches[step])) / world_size)
+        weight -= lr * grad
+    return weight, losses
+
+
+def _late(rank, world_size, batches, all_reduce, lr):           # right, but rank 1 is slow to start
+    if rank == 1:
+        time.sleep(1.5)
+    return train(rank, world_size, batches, all_reduce, lr)
+
+
+def test_q4_an_equivalent_collective_and_a_late_rank_are_right():
+    for fn in (_min_by_max, _late):
+        result, message = ep07.q4.outcome(fn)
+        assert result == "correct", message
+
+
+def test_q4_a_rank_that_never_ends_is_stopped_not_called_a_deadlock(monkeypatch):
+    from gpucourse import exercises
+
+    monkeypatch.setattr(exercises, "DEADLINE_S", 1.0)
+
+    def endless(rank, world_size, batches, all_reduce, lr):
+        if rank == 0:
+            while True:
+                pass
+        return train(rank, world_size, batches, all_reduce, lr)
+    message = assert_wrong(ep07.q4, (endless,), ["did not return within 1 s", "loop that never ends",
+                                                 "rank 0 was still computing"])
+    assert "deadlock" not in message
+
+
+def test_q4_a_deadlock_is_named_at_once():
+    start = time.monotonic()
+    assert_wrong(ep07.q4, (buggy,), ["deadlock"])
+    assert time.monotonic() - start < 5, "a deadlock needs no timeout: no rank can move on"

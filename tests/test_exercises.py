@@ -1,5 +1,9 @@
 """The exercise framework itself: outcomes, messages, logging."""
 import json
+import signal
+import sys
+import threading
+import time
 
 import pytest
 
@@ -143,3 +147,158 @@ def test_as_number_refuses_text_and_booleans():
     for bad in ("0.06", True, [1.0], float("inf"), None):
         with pytest.raises(Wrong, match="t "):
             as_number("t", bad)
+
+
+# --- deadlines: an answer that never returns is stopped and reported, never a hung kernel --------
+
+def _deadline_exercise():
+    from gpucourse.exercises import call_answer
+
+    return Exercise("demo.loop", lambda fn: call_answer(fn, 3, what="f(3)") and "fine", hint="", solution="")
+
+
+def _spins(x):
+    while True:
+        pass
+
+
+def _swallows_everything(x):            # a bare except inside the loop catches the deadline too
+    while True:
+        try:
+            time.sleep(0.01)
+        except:                         # noqa: E722
+            pass
+
+
+def _sleeps(x):
+    time.sleep(1000)
+
+
+@pytest.mark.parametrize("answer", [_spins, _swallows_everything, _sleeps])
+def test_an_endless_answer_is_stopped_at_the_deadline(monkeypatch, answer):
+    from gpucourse import exercises
+
+    monkeypatch.setattr(exercises, "DEADLINE_S", 0.5)
+    trace_before, start = sys.gettrace(), time.monotonic()
+    result, message = _deadline_exercise().outcome(answer)
+    assert result == "wrong" and "did not return within 0.5 s" in message and "loop that never ends" in message
+    assert time.monotonic() - start < 5
+    assert exercises._active == [] and signal.getitimer(signal.ITIMER_REAL)[0] == 0, "a timer was left running"
+    assert sys.gettrace() is trace_before, "a trace function was left behind"
+    time.sleep(0.6)                      # nothing fires later in the caller's code
+
+
+def test_the_deadline_also_stops_an_answer_run_from_another_thread(monkeypatch):
+    from gpucourse import exercises
+
+    monkeypatch.setattr(exercises, "DEADLINE_S", 0.5)
+    results = []
+    worker = threading.Thread(target=lambda: results.append(_deadline_exercise().outcome(_spins)))
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive() and results[0][0] == "wrong" and "did not return" in results[0][1]
+
+
+def test_a_right_answer_is_not_slowed_or_stopped_by_the_deadline():
+    from gpucourse import exercises
+
+    assert exercises.DEADLINE_S >= 30, "generous: never stop a right answer on a busy 2-core machine"
+    assert _deadline_exercise().outcome(lambda x: x + 1) == ("correct", "fine")
+    assert exercises._active == [] and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
+def test_nested_deadlines_report_the_one_that_ran_out(monkeypatch):
+    from gpucourse.exercises import answer_deadline
+
+    with pytest.raises(Wrong, match="inner: your function did not return within 0.3 s"):
+        with answer_deadline("outer", 5):
+            with answer_deadline("inner", 0.3):
+                _spins(0)
+    with pytest.raises(Wrong, match="outer: your function did not return within 0.3 s"):
+        with answer_deadline("outer", 0.3):
+            with answer_deadline("inner", 5):
+                _spins(0)
+
+
+# --- half-done answers: ____ anywhere in a function means not done -------------------------------
+
+def _helper_left_blank():
+    return ____
+
+
+def test_a_function_that_still_names_the_placeholder_is_not_done():
+    from gpucourse.exercises import uses_blank
+
+    def nested(x):
+        def inner():
+            return ____
+        return 42
+
+    def calls_helper(x):
+        return _helper_left_blank() or 42
+
+    def branch(x):
+        if x > 1000:
+            return ____
+        return 42
+
+    for half_done in (nested, calls_helper, branch, lambda x: 42 if x else ____):
+        assert uses_blank(half_done)
+        result, message = Exercise("demo.fn", lambda f: _checker(f(1)), hint="", solution="").outcome(half_done)
+        assert result == "not-done" and "still uses ____" in message, (half_done, message)
+    assert not uses_blank(lambda x: 42) and not uses_blank(len)
+
+
+def test_a_half_done_answer_that_is_wrong_so_far_is_not_done_and_says_what_was_found():
+    def wrong_so_far(x):
+        if x < 0:
+            return ____
+        return 41
+    result, message = Exercise("demo.fn", lambda f: _checker(f(1)), hint="", solution="").outcome(wrong_so_far)
+    assert result == "not-done" and "still uses ____" in message and "got 41, expected 42" in message
+
+
+# --- comparisons and snapshots ------------------------------------------------------------------
+
+def test_tensors_close_never_raises_on_dtype_device_or_shape():
+    import torch
+
+    from gpucourse.exercises import tensors_close
+
+    assert tensors_close(torch.ones(3, dtype=torch.float64), torch.ones(3))
+    assert tensors_close(torch.ones(3, dtype=torch.bfloat16), [1.0, 1.0, 1.0])
+    assert not tensors_close(torch.ones(3), torch.ones(4))
+    assert not tensors_close(torch.ones(3), "text")
+
+
+def test_snapshot_names_what_an_answer_changed():
+    import numpy as np
+    import torch
+    from torch import nn
+
+    from gpucourse.exercises import changes, snapshot
+
+    loss = nn.BCEWithLogitsLoss()
+    before = snapshot(loss)
+    assert changes(before, loss) is None
+    loss.reduction = "sum"
+    assert "reduction" in changes(before, loss) and "'sum'" in changes(before, loss)
+    model = nn.Linear(3, 2)
+    before = snapshot(model)
+    model.half()
+    assert "dtype" in changes(before, model)
+    times = [3.0, 1.0, 2.0]
+    before = snapshot(times)
+    times.sort()
+    assert changes(before, times)
+    array = np.arange(4.0)
+    before = snapshot(array)
+    array /= 2
+    assert "in place" in changes(before, array)
+    options = {"a": (1, 2.0, 3)}
+    before = snapshot(options)
+    options.pop("a")
+    assert "removed" in changes(before, options)
+    tensor = torch.randn(3)
+    before = snapshot(tensor)
+    assert changes(before, tensor) is None

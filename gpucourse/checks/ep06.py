@@ -324,63 +324,83 @@ q2 = Exercise("ep06.q2", _check_compile_report,
 
 # --- q3: read a profile ----------------------------------------------------------------------
 
-def _workloads():
-    import torch
-
-    a, b = torch.randn(384, 384), torch.randn(384, 384)
-    # made outside the profiled calls
-    v_sort, v_exp, v_tanh = torch.randn(600_000), torch.randn(1_500_000), torch.randn(3_000_000)
-
-    def matmuls():
-        x = torch.zeros(4)
-        for _ in range(60):
-            x = x + 1          # many cheap calls: aten::add has the highest count
-        for _ in range(4):
-            a @ b
-        return x
-
-    def sorting():
-        x = torch.ones(4)
-        for _ in range(60):
-            x = x * 1.0001
-        torch.sort(v_sort)
-        return x
-
-    def exps():
-        x = torch.zeros(4)
-        for _ in range(60):
-            x = x - 1
-        for _ in range(40):
-            torch.exp(v_exp)   # the most self time in all, in short calls
-        torch.tanh(v_tanh)     # one call, several times as long as one exp, under a third of their sum
-        return x
-
-    return [("matmuls", matmuls, "aten::mm"), ("sorting", sorting, "aten::sort"), ("exps", exps, "aten::exp")]
+#: Recorded profiles: (label, expected top op, timeline). A timeline is a list of (name, calls, µs
+#: per call, children) run one after another inside a ``workload`` annotation, children inside
+#: their parent. The times are fixed, so no load on this machine can change the right answer, and
+#: each tempting mistake (inclusive time, call count, time per call, the first row, the least time)
+#: picks a different op. They follow what torch.profiler records for the workloads of the episode.
+_PROFILES = [
+    ("matmuls", "aten::mm", [
+        ("aten::add", 60, 18, []),                                   # many cheap calls: the highest count
+        ("aten::matmul", 4, 1520, [("aten::mm", 1, 1450, [])]),      # most self time: aten::mm
+        ("aten::zeros", 1, 9, [("aten::empty", 1, 3, [])]),
+    ]),
+    ("sorting", "aten::sort", [
+        ("aten::mul", 60, 15, []),
+        ("aten::sort", 1, 4300, [("aten::empty", 2, 4, []), ("aten::copy_", 1, 260, [])]),
+        ("aten::ones", 1, 8, [("aten::empty", 1, 3, [])]),
+    ]),
+    ("exps", "aten::exp", [
+        ("aten::sub", 60, 11, []),
+        ("aten::exp", 40, 160, [("aten::empty", 1, 2, [])]),        # the most self time in all, in short calls
+        ("aten::tanh", 1, 1900, [("aten::empty", 1, 2, [])]),       # one call, longer than any one exp
+        ("aten::zeros", 1, 9, [("aten::empty", 1, 3, [])]),
+    ]),
+]
 
 
-def _profile(fn):
-    from torch.profiler import ProfilerActivity, profile, record_function
+def recorded_profile(timeline):
+    """A ``torch.profiler.profile`` holding recorded events with fixed times (microseconds).
 
-    fn()  # warm-up
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        with record_function("workload"):
-            fn()
+    It is the profiler's own object, read through its own ``key_averages()`` and ``events()``;
+    only the events come from ``timeline`` instead of from a run on this machine.
+    """
+    import torch.autograd.profiler as autograd_profiler
+    from torch.autograd.profiler_util import EventList, FunctionEvent
+    from torch.profiler import ProfilerActivity, profile
+
+    events, clock = [], [0]
+
+    def add(name, start, end):
+        events.append(FunctionEvent(id=len(events), name=name, thread=1, start_us=start, end_us=end,
+                                    stack=[], input_shapes=[]))
+
+    def run(name, calls, each, children):
+        for _ in range(calls):
+            start = clock[0]
+            clock[0] += 1
+            for child in children:
+                run(*child)
+            clock[0] = max(clock[0], start + each)
+            add(name, start, clock[0])
+            clock[0] += 1
+
+    top = len(events)
+    add("workload", 0, 0)                       # its end is set below, once everything inside has run
+    clock[0] = 5
+    for step in timeline:
+        run(*step)
+    events[top] = FunctionEvent(id=top, name="workload", thread=1, start_us=0, end_us=clock[0] + 40,
+                                stack=[], input_shapes=[], is_user_annotation=True)
+    events.sort(key=lambda e: (e.time_range.start, -e.time_range.end))
+    event_list = EventList(events)
+    event_list._build_tree()
+    recorder = autograd_profiler.profile(use_cpu=True)
+    recorder._function_events, recorder._needs_processing = event_list, False
+    prof = profile(activities=[ProfilerActivity.CPU])
+    prof.profiler = recorder
     return prof
 
 
 def _check_top_op(top_op):
     require_function(top_op, "top_op")
-    with one_thread():
-        return _compare_top_op(top_op)
+    return _compare_top_op(top_op)
 
 
 def _compare_top_op(top_op):
-    for label, fn, expected in _workloads():
-        prof = _profile(fn)
+    for label, expected, timeline in _PROFILES:
+        prof = recorded_profile(timeline)
         events = prof.key_averages()
-        truth = max(events, key=lambda e: e.self_cpu_time_total).key
-        if truth != expected:   # a very busy machine can reorder ops; the profile itself is the truth
-            expected = truth
         got = _call(top_op, prof, what=f"top_op(profile of the {label} workload)")
         if not isinstance(got, str):
             if hasattr(got, "key") and hasattr(got, "self_cpu_time_total"):
@@ -425,7 +445,8 @@ def _compare_top_op(top_op):
             raise Wrong(f"'{got}' is a label around the work, not an op; sort by self_cpu_time_total.")
         raise Wrong(f"for the {label} workload the op with the most self CPU time is '{expected}', your function "
                     f"said '{got}'.")
-    return "right on three profiles (a matrix product, a sort, an elementwise exp) you had not seen."
+    return ("right on three profiles you had not seen (a matrix product, a sort, an elementwise exp), recorded "
+            "with fixed times so that the answer does not depend on how busy this machine is.")
 
 
 q3 = Exercise("ep06.q3", _check_top_op,

@@ -4,9 +4,11 @@
 all-reduce time per step · ``q4`` fix a training loop that deadlocks on uneven shards.
 
 Every check calls the learner's function on fixtures of its own, several of them, and
-recomputes the right result. ``q4`` runs the learner's loop on simulated ranks (threads) whose
-``all_reduce`` waits for the other ranks at most ``_COLLECTIVE_TIMEOUT`` seconds: a deadlock
-becomes a message, never a hang.
+recomputes the right result. ``q2`` also computes the shards in two fresh Python processes, as
+torchrun's ranks are, so that a shuffle seeded by per-process state cannot pass. ``q4`` runs the
+learner's loop on simulated ranks (threads) whose ``all_reduce`` knows which ranks are still
+computing: a rank that is only late is waited for, a deadlock (no rank can move on) becomes a
+message at once, and a loop that never ends is stopped at the shared deadline.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import time
 
 import numpy as np
 
-from ..exercises import Exercise, NotDone, Wrong, as_number, require_answer, require_function, solution_link
+from .. import exercises as _exercises
+from ..exercises import (Exercise, NotDone, Wrong, as_number, changes, deadline_message,
+                         interrupt_thread, require_answer, require_function, snapshot, solution_link)
 from ..exercises import call_answer as _call
 
 NOTEBOOK = "07-more-than-one-gpu.ipynb"
@@ -30,7 +34,9 @@ NOTEBOOK = "07-more-than-one-gpu.ipynb"
 
 # (per_replica, replicas, base_lr, base_batch, warmup_steps)
 _Q1_CASES = [(64, 8, 0.1, 256, 100), (32, 2, 0.05, 32, 10), (128, 4, 0.2, 64, 40), (100, 3, 0.01, 100, 6),
-             (256, 1, 0.1, 256, 8)]
+             (256, 1, 0.1, 256, 8),
+             # global batches that base_batch does not divide, and an odd warm-up: integer division shows
+             (96, 4, 0.1, 256, 10), (100, 3, 0.03, 128, 7)]
 
 
 def _close(a: float, b: float) -> bool:
@@ -73,7 +79,10 @@ def _check_scaling(fn):
             if _close(lr, base_lr) and peak != base_lr:
                 raise Wrong(f"{what} is still base_lr {base_lr:g} halfway through the warm-up: the rate "
                             "should rise in a straight line from base_lr to the scaled rate, step by step, "
-                            "not jump at the end.")
+                            "not jump at the end (step // warmup_steps is 0 until the end: use /).")
+            if _close(lr, base_lr + (peak - base_lr) * (step * 2 // warmup) / 2) and warmup % 2:
+                raise Wrong(f"{what} is {lr:.4g}, expected {want(step):.4g}: integer division (//) somewhere in "
+                            f"the warm-up, visible when warmup_steps = {warmup} is odd. Use /.")
             if _close(lr, peak * min(step, warmup) / warmup):
                 raise Wrong(f"{what} is {lr:.4g}: a ramp from 0. The warm-up ramps from base_lr, not from 0.")
             raise Wrong(f"{what} is {lr:.4g}, expected {want(step):.4g}: a straight line from base_lr at "
@@ -90,6 +99,12 @@ def _check_scaling(fn):
 def _diagnose_peak(what, lr, peak, per_replica, replicas, base_lr, base_batch):
     """Name the mistake behind a wrong learning rate after the warm-up."""
     global_batch = per_replica * replicas
+    floored = [v for v in (base_lr * (global_batch // base_batch), (base_lr * global_batch) // base_batch)
+               if not _close(v, peak)]
+    if any(_close(lr, v) for v in floored):
+        raise Wrong(f"{what} is {lr:g}: integer division. {global_batch} // {base_batch} rounds the ratio "
+                    f"{global_batch}/{base_batch} = {global_batch / base_batch:g} down; use / for the scaled rate, "
+                    f"base_lr × global_batch / base_batch = {peak:.4g}.")
     if _close(lr, base_lr):
         raise Wrong(f"{what} is {lr:g}, the base learning rate: after the warm-up the rate should have "
                     "ramped to the scaled rate, base_lr × global_batch / base_batch, not to base_lr.")
@@ -179,6 +194,10 @@ def _check_shard(fn):
             if orders[0] == orders[1]:
                 raise Wrong(f"{n} samples, {world} ranks: epochs 0 and 1 give the same shards. Shuffle with "
                             "the epoch in the seed, as DistributedSampler.set_epoch does.")
+            if n >= 50 and _kept_neighbours(orders[0], orders[1]) > 0.5:
+                raise Wrong(f"{n} samples, {world} ranks: epoch 1's order is epoch 0's order shifted (rotated): "
+                            "the same samples follow one another every epoch, so the batches barely change. Draw "
+                            "a new random permutation each epoch, seeded by (seed, epoch).")
         if n >= 100 and world > 1:
             per_rank = [[set(s) for s in ep] for ep in orders]
             if all(per_rank[0][r] == per_rank[1][r] for r in range(world)):
@@ -197,8 +216,46 @@ def _check_shard(fn):
             if other_seed == orders[0]:
                 raise Wrong(f"{n} samples, {world} ranks: seed=1 gives the same shards as seed=0. Seed the "
                             "shuffle with both the seed and the epoch.")
+    _check_shard_elsewhere(fn)
     return ("every rank draws the same permutation from (seed, epoch) and takes its own slice: "
-            "no sample twice, equal shard sizes, a new order each epoch. That is DistributedSampler.")
+            "no sample twice, equal shard sizes, a new order each epoch, and the same shards whichever process "
+            "computes them. That is DistributedSampler.")
+
+
+def _kept_neighbours(epoch0, epoch1) -> float:
+    """The share of samples that follow the same sample in both epochs (about 1/n for two random orders;
+    nearly all when the second order is the first one rotated)."""
+    follows = {a: b for shard in epoch0 for a, b in zip(shard, shard[1:])}
+    pairs = [(a, b) for shard in epoch1 for a, b in zip(shard, shard[1:])]
+    return sum(follows.get(a) == b for a, b in pairs) / max(len(pairs), 1)
+
+
+#: (n, world, epoch): computed for every rank in two fresh processes and compared with this one's results.
+_Q2_ELSEWHERE = [(10, 3, 0), (97, 5, 1)]
+
+
+def _check_shard_elsewhere(fn):
+    """Each rank is its own process: the shards must not depend on which process computes them."""
+    from ..exercises import results_in_fresh_processes
+
+    calls = [(n, rank, world, epoch) for n, world, epoch in _Q2_ELSEWHERE for rank in range(world)]
+    here = [_indices(_call(fn, *args, what=f"shard{args}"), f"shard{args}", args[0]) for args in calls]
+    elsewhere = results_in_fresh_processes(fn, calls)
+    if elsewhere is None:
+        return
+    for results in elsewhere:
+        for args, mine, theirs in zip(calls, here, results):
+            if list(theirs) != mine:
+                raise Wrong(f"shard{args} gives {_short(theirs)} in a fresh Python process and {_short(mine)} in "
+                            "this one. torchrun starts every rank as its own process, so the ranks would not "
+                            "agree on the permutation: the shuffle depends on something per process (hash() of "
+                            "a string changes with PYTHONHASHSEED, os.getpid(), id(), the time, an unseeded "
+                            "generator). Seed it with (seed, epoch) only.")
+
+
+def _short(values) -> str:
+    values = list(values)
+    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:6]))}, …]"
 
 
 q2 = Exercise("ep07.q2", _check_shard,
@@ -219,8 +276,12 @@ def _q3_models():
     for p in frozen[0].parameters():
         p.requires_grad_(False)
     half = nn.Sequential(nn.Linear(64, 512), nn.Linear(512, 64)).half()
+    # layers in different dtypes: the sizes are summed parameter by parameter
+    mixed = nn.Sequential(nn.Linear(32, 256).half(), nn.Linear(256, 256), nn.Linear(256, 8).to(torch.bfloat16))
     return [("the episode-3 MLP", mlp, 2, 16.0), ("an MLP with a frozen first layer", frozen, 4, 25.0),
-            ("a float16 model", half, 8, 300.0), ("the episode-3 MLP", mlp, 1, 16.0)]
+            ("a float16 model", half, 8, 300.0), ("a model whose layers are float16, float32 and bfloat16",
+                                                  mixed, 4, 25.0),
+            ("the episode-3 MLP", mlp, 1, 16.0)]
 
 
 def _explain_q3(exc):
@@ -239,7 +300,15 @@ def _check_allreduce(fn):
         grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         every = sum(p.numel() * p.element_size() for p in model.parameters())
         numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        got = as_number(what, _call(fn, copy.deepcopy(model), world, bw, what=what, explain=_explain_q3))
+        given = copy.deepcopy(model)
+        before = snapshot(given)
+        got = as_number(what, _call(fn, given, world, bw, what=what, explain=_explain_q3))
+        changed = changes(before, given)
+        if changed:
+            raise Wrong(f"{what} changed the model it was given ({changed}): in the notebook that changes your "
+                        "model for good. Count the bytes without changing anything (no .float(), .half() or "
+                        "requires_grad_()): p.numel() × p.element_size() of each parameter that requires a gradient.")
+        first_size = next(iter(model.parameters())).element_size()
         factor = 2 * (world - 1) / world
         want = factor * grads / (bw * 1e9)
         if math.isclose(got, want, rel_tol=0.005, abs_tol=1e-15):
@@ -261,6 +330,9 @@ def _check_allreduce(fn):
                                  "2 (N - 1) / N of them per rank"),
             (factor * every / (bw * 1e9), "frozen parameters (requires_grad=False) too: they have no "
                                           "gradient, so nothing of theirs is all-reduced"),
+            (factor * numel * first_size / (bw * 1e9), "one parameter's element_size() for every parameter: "
+                                                       "each parameter has its own dtype, so use each one's "
+                                                       "p.element_size() (this model mixes 2- and 4-byte layers)"),
             (factor * numel * 4 / (bw * 1e9), "4 bytes per parameter: use p.element_size(), a float16 "
                                               "model has 2"),
             (factor * numel / (bw * 1e9), "the number of parameters, not their bytes (numel × element_size)"),
@@ -285,24 +357,44 @@ q3 = Exercise("ep07.q3", _check_allreduce,
 
 # --- q4: uneven shards, every rank in every collective ---------------------------------------
 
-_COLLECTIVE_TIMEOUT = 1.0   # seconds a simulated rank waits for the others in one all_reduce
-
-
-class _Deadlock(Exception):
-    pass
+class _Deadlock(BaseException):
+    """Raised in a simulated rank that waits for a collective no other rank will ever make
+    (a BaseException: `except Exception` in the answer cannot hide it)."""
 
 
 class _World:
-    """Simulated ranks (threads) and an all_reduce that waits for all of them, with a timeout."""
+    """Simulated ranks (threads) and an all_reduce that waits for all of them.
+
+    A rank that is only late (still computing) is waited for; a deadlock is declared only when no
+    rank can move on: every rank has finished or waits in a collective that not all ranks have
+    joined. So a slow machine never turns a right answer into a "deadlock", and a real deadlock is
+    named at once, without a timeout.
+    """
 
     def __init__(self, size: int):
         self.size = size
-        self.barrier = threading.Barrier(size)
+        self.cond = threading.Condition()
         self.slots: dict = {}
         self.calls = [0] * size
-        self.lock = threading.Lock()
+        self.where: list = ["running"] * size     # "running", ("waiting", k) or "done"
+        self.deadlock = False
+        self.stopped = False
         self.mismatch = None
-        self.first_op = None
+        self.first = None                          # (op, {rank: value}) of the first collective
+
+    def _stuck(self) -> bool:
+        waiting = [w for w in self.where if w != "done"]
+        return all(isinstance(w, tuple) and len(self.slots[w[1]]) < self.size for w in waiting) and bool(waiting)
+
+    def finished(self, rank: int) -> None:
+        with self.cond:
+            self.where[rank] = "done"
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
 
     def all_reduce_for(self, rank: int):
         def all_reduce(value, op="sum"):
@@ -314,20 +406,27 @@ class _World:
                                 f"{value!r:.60}: call it once per number")
             integral = integral or (getattr(value, "dtype", None) is not None and "int" in str(value.dtype))
             value = float(value)
-            with self.lock:
+            with self.cond:
                 k = self.calls[rank]
                 self.calls[rank] += 1
-                self.slots.setdefault(k, {})[rank] = (op, value, integral)
-            try:
-                self.barrier.wait(timeout=_COLLECTIVE_TIMEOUT)
-            except threading.BrokenBarrierError:
-                raise _Deadlock() from None
-            entries = self.slots[k]
+                entries = self.slots.setdefault(k, {})
+                entries[rank] = (op, value, integral)
+                self.where[rank] = ("waiting", k)
+                self.cond.notify_all()
+                while len(entries) < self.size:
+                    if self.stopped:
+                        raise _Deadlock()
+                    if self.deadlock or self._stuck():
+                        self.deadlock = True
+                        self.cond.notify_all()
+                        raise _Deadlock()
+                    self.cond.wait(0.5)
+                self.where[rank] = "running"
             ops = {o for o, _, _ in entries.values()}
             if len(ops) > 1 and self.mismatch is None:
                 self.mismatch = (k, {r: o for r, (o, _, _) in sorted(entries.items())})
             if k == 0 and len(ops) == 1:
-                self.first_op = op
+                self.first = (op, {r: v for r, (_, v, _) in entries.items()})
             values = [v for _, v, _ in entries.values()]
             result = {"sum": sum, "min": min, "max": max}[op](values)
             # like an all_reduce of an integer tensor: whole numbers in, a whole number out
@@ -374,22 +473,30 @@ def _check_train(fn):
         def run(rank):
             try:
                 results[rank] = fn(rank, world, batches_per_rank[rank], sim.all_reduce_for(rank), lr)
-            except _Deadlock as exc:
-                errors[rank] = exc
             except BaseException as exc:  # noqa: BLE001 - reported to the learner
                 errors[rank] = exc
-                sim.barrier.abort()
+            finally:
+                sim.finished(rank)
 
         threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + _COLLECTIVE_TIMEOUT * 20     # one deadline for all ranks together
+        seconds = _exercises.DEADLINE_S
+        deadline = time.monotonic() + seconds           # one deadline for all ranks together
         for t in threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         if any(t.is_alive() for t in threads):
-            sim.barrier.abort()
-            raise Wrong(f"{case}: train() did not return within {_COLLECTIVE_TIMEOUT * 20:g} s.")
-        if sim.first_op == "max" and len(set(counts)) > 1:
+            busy = [r for r, w in enumerate(sim.where) if w == "running"]
+            for r, t in enumerate(threads):             # stop the endless loop, not only stop waiting for it
+                if t.is_alive() and r in busy:
+                    interrupt_thread(t)
+            sim.stop()
+            for t in threads:
+                t.join(timeout=2.0)
+            where = f" (rank {busy[0]} was still computing, not waiting in a collective)" if busy else ""
+            raise Wrong(deadline_message(f"{case}: train()", seconds) + where)
+        if sim.first is not None and sim.first[0] == "max" and len(set(counts)) > 1 and \
+                sorted(sim.first[1].values()) == sorted(map(float, counts)):
             raise Wrong(f"{case}: your first collective takes the largest shard's step count (op='max'); this "
                         "exercise asks for the smallest (op='min'), so that no rank runs out of data. (DDP's "
                         "join() handles the other way, with zero contributions from ranks that ran out.)")
@@ -409,8 +516,8 @@ def _check_train(fn):
         if any(isinstance(e, _Deadlock) for e in errors):
             stuck = [r for r, e in enumerate(errors) if isinstance(e, _Deadlock)]
             calls = {r: sim.calls[r] for r in range(world)}
-            raise Wrong(f"{case}: deadlock. Ranks {stuck} waited {_COLLECTIVE_TIMEOUT:g} s in an all_reduce "
-                        f"that the other ranks never called (collective calls per rank: {calls}). Every "
+            raise Wrong(f"{case}: deadlock. Ranks {stuck} waited in an all_reduce that the other ranks, finished "
+                        f"or waiting elsewhere, could never call (collective calls per rank: {calls}). Every "
                         "rank must call every all_reduce: the same number of steps on every rank (agree on "
                         "the smallest shard's count with op='min'), and no collective inside `if rank == 0`.")
         want_w, want_losses = _reference(batches_per_rank, lr)
