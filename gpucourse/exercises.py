@@ -107,20 +107,28 @@ def uses_blank(fn) -> bool:
         return False
     module = getattr(fn, "__module__", None)
     namespace = getattr(fn, "__globals__", {}) or {}
-    todo, seen = [code], set()
+    todo, seen = [fn], set()
     while todo and len(seen) < 200:
-        code = todo.pop()
+        item = todo.pop()
+        code = getattr(item, "__code__", item)
         if id(code) in seen:
             continue
         seen.add(id(code))
         if "____" in code.co_names or "____" in code.co_freevars or "____" in code.co_varnames:
             return True
         todo.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+        for cell in getattr(item, "__closure__", None) or ():     # helpers it reaches through a closure
+            try:
+                other = cell.cell_contents
+            except ValueError:
+                continue
+            if callable(other) and hasattr(other, "__code__") and getattr(other, "__module__", None) == module:
+                todo.append(other)
         for name in code.co_names:     # helpers of the same notebook, called by name
             other = namespace.get(name)
             if other is not None and getattr(other, "__module__", None) == module and \
                     hasattr(other, "__code__") and not isinstance(other, type):
-                todo.append(other.__code__)
+                todo.append(other)
     return False
 
 

@@ -636,3 +636,109 @@ def test_hints_point_the_way_without_the_code(exercise):
     hint = exercise._hint
     assert hint and not any(code in hint for code in (" = ", "+=", "return ", "2**30", "len(xb) / len(X)",
                                                       "samples_per_step / seconds_per_step", "failed = True"))
+
+
+# --- the conditions that matter: inputs left alone, the lesson's rule, units, order, deadlines ----
+
+def _casts_the_model(model, copies):                   # the bfloat16 model becomes float32 for good
+    model.float()
+    return training_state_bytes(model, copies)
+
+
+def _unsorted_slope(budget_gib, b1, peak1, b2, peak2):  # a positive peak difference over b2 - b1
+    per_sample = (max(peak1, peak2) - min(peak1, peak2)) / (b2 - b1)
+    fixed = peak1 - per_sample * b1
+    return max(0, math.floor((budget_gib * 2**30 - fixed) / per_sample))
+
+
+def _fits_cleaning_inside_except(try_step, batch):
+    failed = False
+    try:
+        try_step(batch)
+    except torch.OutOfMemoryError:
+        failed = True
+        gc.collect()                 # the traceback still holds the failed step: this frees nothing
+        torch.cuda.empty_cache()
+    return not failed
+
+
+def _never_stops(try_step, start=1):
+    good = start if fits_after_except(try_step, start) else 0
+    while True:                      # forgot the bisection's end
+        good = max(good, 1)
+
+
+def _changes_reduction(model, optimizer, loss_fn, X, y, micro_batch):
+    loss_fn.reduction = "sum"        # then divides by len(X): right gradients, a changed loss_fn
+    optimizer.zero_grad()
+    total = 0.0
+    for xb, yb in zip(X.split(micro_batch), y.split(micro_batch)):
+        loss = loss_fn(model(xb), yb) / len(X) * (1 if yb.dim() == 1 else yb.shape[1])
+        loss.backward()
+        total += loss.item()
+    optimizer.step()
+    return total
+
+
+def _gb_against_gib(options, budget_bytes):
+    fitting = {n: s / t for n, (p, t, s) in options.items() if p / 1e9 <= budget_bytes / 2**30}
+    return max(fitting, key=fitting.get) if fitting else None
+
+
+def _drops_options(options, budget_bytes):
+    for name in [n for n, (p, _, _) in options.items() if p > budget_bytes]:
+        del options[name]            # the caller's measurements are gone
+    return choose(options, budget_bytes)
+
+
+@pytest.mark.parametrize("exercise, answer, words", [
+    ("q1", _casts_the_model, ["changed the model", "dtype", "for good"]),
+    ("q2", _unsorted_slope, ["largest batch first", "either order"]),
+    ("q3", lambda try_step, start=1: largest_batch(try_step, start, _fits_cleaning_inside_except),
+     ["inside the except block", "free nothing", "outside the except"]),
+    ("q4", _changes_reduction, ["changed the loss function", "reduction", "'sum'"]),
+    ("q5", _gb_against_gib, ["GB", "GiB", "peak <= budget_bytes"]),
+    ("q5", _drops_options, ["changed the options", "removed"]),
+])
+def test_classes_of_mistakes_are_named(exercise, answer, words):
+    message = assert_wrong(getattr(ep05, exercise), (answer,), words)
+    assert "2**30" not in message or exercise != "q2", message   # not told to multiply by 2**30
+    assert "<=" not in message or exercise != "q5" or "GiB" in message
+
+
+def test_q3_a_search_that_never_ends_is_stopped(monkeypatch):
+    from gpucourse import exercises
+
+    monkeypatch.setattr(exercises, "DEADLINE_S", 1.0)
+    assert_wrong(ep05.q3, (_never_stops,), ["did not return within 1 s", "loop that never ends"])
+
+
+def test_written_otherwise_passes():
+    import numpy as np
+
+    def max_batch_numpy(budget_gib, b1, peak1, b2, peak2):
+        slope = np.divide(peak2 - peak1, b2 - b1, dtype=np.float64)
+        return int(max(0, np.floor((budget_gib * 2**30 - (peak1 - slope * b1)) / slope)))
+
+    def choose_sorted(options, budget_bytes):
+        ranked = sorted(((s / t, n) for n, (p, t, s) in options.items() if p <= budget_bytes), reverse=True)
+        return ranked[0][1] if ranked else None
+
+    for exercise, fn in (("q2", max_batch_numpy), ("q5", choose_sorted), ("q5", choose_loop)):
+        result, message = getattr(ep05, exercise).outcome(fn)
+        assert result == "correct", (exercise, message)
+
+
+def test_q4_half_done_helper_is_not_done():
+    def accumulate(model, loss_fn, xb, yb, share):
+        return ____
+
+    def step(model, optimizer, loss_fn, X, y, micro_batch):
+        optimizer.zero_grad()
+        total = 0.0
+        for xb, yb in zip(X.split(micro_batch), y.split(micro_batch)):
+            total += accumulate(model, loss_fn, xb, yb, len(xb) / len(X)) or 0.0
+        optimizer.step()
+        return total
+    result, message = outcome(ep05.q4, step)
+    assert result == "not-done" and "still uses ____" in message

@@ -487,3 +487,125 @@ def _timed(fn, model, X, y, steps=60, batch=256):
     start = time.perf_counter()
     fn(copy.deepcopy(model), X, y, steps, batch)
     return time.perf_counter() - start
+
+
+# --- the conditions that matter: another device type, inputs left alone, dtypes, fixed profiles ----
+
+def _fixed_cpu(model, optimizer, scaler, X, y, device_type, dtype, max_norm):
+    return _amp_variant(device_type="cpu")(model, optimizer, scaler, X, y, device_type, dtype, max_norm)
+
+
+def _dtype_only_on_cpu(model, optimizer, scaler, X, y, device_type, dtype, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast(device_type=device_type, dtype=dtype if device_type == "cpu" else torch.float16):
+        loss = loss_fn(model(X).squeeze(1), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def _amp_written_otherwise(model, optimizer, scaler, X, y, device_type, dtype, max_norm):
+    from torch import amp
+    from torch.nn.utils import clip_grad_norm_
+
+    optimizer.zero_grad(set_to_none=True)
+    with amp.autocast(device_type, dtype):
+        loss = nn.functional.binary_cross_entropy_with_logits(model(X).squeeze(1), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return float(loss)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (_fixed_cpu, ["device_type='cuda'", "fixed in your code", "device_type=device_type"]),
+    (_dtype_only_on_cpu, ["device_type='cuda'", "ignored on one device type", "dtype=dtype"]),
+])
+def test_q1_device_dependent_mistakes_are_named(answer, words):
+    assert_wrong(ep06.q1, [answer], words)
+
+
+def test_q1_written_otherwise_passes_and_leaves_no_cuda_pretence():
+    result, message = ep06.q1.outcome(_amp_written_otherwise)
+    assert result == "correct", message
+    real = torch.cuda.is_available
+    assert ep06.q1.outcome(_amp_written_otherwise)[0] == "correct"
+    assert torch.cuda.is_available is real and not torch.is_autocast_enabled("cuda")
+
+
+def test_q2_sorting_the_callers_list_is_named():
+    def sorts_in_place(step_times, warmup):
+        steady = step_times[warmup:]
+        steady_sorted = sorted(steady)
+        n = len(steady_sorted)
+        median = (steady_sorted[n // 2] + steady_sorted[(n - 1) // 2]) / 2
+        compile_s = sum(step_times[:warmup]) - warmup * median
+        step_times.sort()
+        return compile_s, median
+    assert_wrong(ep06.q2, [sorts_in_place], ["sorted the list step_times", "list.sort()"])
+
+
+def test_q3_recorded_profiles_fix_the_answer_and_separate_every_mistake():
+    """No clock: each recorded profile has one right answer, and each tempting mistake picks another op."""
+    for label, expected, timeline in ep06._PROFILES:
+        events = ep06.recorded_profile(timeline).key_averages()
+        assert max(events, key=lambda e: e.self_cpu_time_total).key == expected
+        assert max(events, key=lambda e: e.count).key != expected
+        assert max(events, key=lambda e: e.cpu_time_total).key != expected
+    exps = ep06.recorded_profile(ep06._PROFILES[2][2])
+    assert max(exps.events(), key=lambda e: e.self_cpu_time_total).name == "aten::tanh"   # the longest single event
+
+
+def test_q3_written_otherwise():
+    import operator
+
+    assert ep06.q3.outcome(lambda p: max(p.key_averages(), key=operator.attrgetter("self_cpu_time_total")).key)[0] \
+        == "correct"
+    assert ep06.q3.outcome(lambda p: sorted(p.key_averages(), key=lambda e: e.self_cpu_time_total,
+                                            reverse=True)[0].key)[0] == "correct"
+
+
+def _float64_model(model, X, y, steps, batch_size):
+    model.double()
+    X_std = torch.from_numpy((X - X.mean(axis=0)) / X.std(axis=0))
+    y_t = torch.from_numpy(y).double()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    n_batches = len(X) // batch_size
+    losses = []
+    for step in range(steps):
+        first = (step % n_batches) * batch_size
+        optimizer.zero_grad()
+        loss = loss_fn(model(X_std[first:first + batch_size]).squeeze(1), y_t[first:first + batch_size])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses).tolist()
+
+
+def _no_wrap_around(model, X, y, steps, batch_size):      # slices past the end: a short batch, then NaN losses
+    X_std = torch.from_numpy((X - X.mean(axis=0)) / X.std(axis=0)).float()
+    y_t = torch.from_numpy(y).float()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for step in range(steps):
+        first = step * batch_size
+        optimizer.zero_grad()
+        loss = loss_fn(model(X_std[first:first + batch_size]).squeeze(1), y_t[first:first + batch_size])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses).tolist()
+
+
+@pytest.mark.parametrize("answer, words", [
+    (_float64_model, ["float64", "may not change the model", ".float()"]),
+    (_no_wrap_around, ["wraps around", "n_batches"]),
+])
+def test_q4_float64_and_no_wrap_around_are_named(answer, words):
+    message = assert_wrong(ep06.q4, [answer], words)
+    assert "did not match" not in message and "is nan" not in message

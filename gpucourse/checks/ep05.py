@@ -32,8 +32,8 @@ import weakref
 from fractions import Fraction
 from unittest import mock
 
-from ..exercises import (Exercise, NotDone, Wrong, as_number, call_answer, describe, is_blank, mentions_blank,
-                         require_function, solution_link)
+from ..exercises import (Exercise, NotDone, Wrong, answer_deadline, as_number, call_answer, changes, describe,
+                         is_blank, mentions_blank, require_function, snapshot, solution_link, tensors_close, uses_blank)
 
 NOTEBOOK = "05-gpu-memory.ipynb"
 GIB, MIB = 2**30, 2**20
@@ -44,19 +44,6 @@ GIB, MIB = 2**30, 2**20
 def _constant(values, expected) -> bool:
     """True when the learner gave one answer for every case, though the right answers differ."""
     return len(values) > 1 and len({repr(v) for v in values}) == 1 and len({repr(e) for e in expected}) > 1
-
-
-def _uses_blank(fn) -> bool:
-    """True if the code of ``fn`` (nested functions too) still names the placeholder ``____``."""
-    todo, seen = [getattr(fn, "__code__", None)], 0
-    while todo and seen < 100:
-        code, seen = todo.pop(), seen + 1
-        if code is None:
-            continue
-        if "____" in code.co_names or "____" in code.co_freevars:
-            return True
-        todo.extend(c for c in code.co_consts if hasattr(c, "co_names"))
-    return False
 
 
 def _whole_number(name: str, value) -> int:
@@ -192,7 +179,13 @@ def _check_state_bytes(training_state_bytes):
         model, parts = _measured_state(make_model, make_optimizer, shape)
         expected = sum(parts.values())
         what = f"training_state_bytes(model, {copies}) for {description}"
-        got_raw = call_answer(training_state_bytes, make_model(), copies, what=what)
+        given = make_model()
+        before = snapshot(given)
+        got_raw = call_answer(training_state_bytes, given, copies, what=what)
+        changed = changes(before, given)
+        if changed:
+            raise Wrong(f"{what} changed the model it was given ({changed}): in the notebook that changes your model "
+                        "for good. Count without changing anything: p.numel() * p.element_size() per parameter.")
         got = as_number(what, got_raw)
         results.append((description, model, copies, got, expected, parts, what))
     wrong = [r for r in results if abs(r[3] - r[4]) > 0.5]
@@ -259,7 +252,17 @@ def _q2_alternatives(case):
     budget_gib, b1, p1, b2, p2 = case
     budget = Fraction(budget_gib).limit_denominator(10**6) * GIB
     per_sample = Fraction(p2 - p1, b2 - b1)
+    clamp = lambda x: max(0, math.floor(x))                                 # noqa: E731
+    flipped = -per_sample                     # the slope's sign lost when the larger batch comes first
     return {
+        "the measurements of this case come largest batch first (b1 > b2): the per-sample bytes came out negative "
+        "or were paired with the wrong batch. (peak2 - peak1) / (b2 - b1) is right in either order; do not sort "
+        "the peaks or the batches on their own, or take an abs() of one difference only.":
+            ([clamp((budget - (Fraction(p1) - flipped * b1)) / flipped) if flipped > 0 else 0,
+              math.floor((budget - (Fraction(p1) - flipped * b1)) / flipped),
+              clamp((budget - (Fraction(min(p1, p2)) - abs(per_sample) * max(b1, b2))) / abs(per_sample)),
+              clamp((budget - (Fraction(max(p1, p2)) - abs(per_sample) * min(b1, b2))) / abs(per_sample))]
+             if b1 > b2 else []),
         "you treated the peak as proportional to the batch (peak / batch per sample, nothing fixed). "
         "Part of the peak does not depend on the batch: weights, gradients, optimizer state. Take the slope "
         "between the two measurements for the per-sample part, and the rest as fixed.":
@@ -303,10 +306,11 @@ def _check_max_batch(max_batch):
         r = next(r for r in wrong if not float(r[2]).is_integer())
         raise Wrong(f"{r[4]} returned {r[2]!r}; a batch is a whole number of samples: round down with math.floor "
                     "(or int() of a positive number).")
-    for message in _q2_alternatives(_Q2_CASES[0][1]):
+    for message in _q2_alternatives(_Q2_CASES[1][1]):     # the specific mistakes first: order, then units
         if all(r[2] == r[3] or r[2] in _q2_alternatives(r[1])[message] for r in results) and \
                 any(r[2] in _q2_alternatives(r[1])[message] for r in wrong):
-            raise Wrong(f"{what} returned {value:,.0f}, expected {expected:,}: {message}")
+            r = next(r for r in wrong if r[2] in _q2_alternatives(r[1])[message])
+            raise Wrong(f"{r[4]} returned {r[2]:,.0f}, expected {r[3]:,}: {message}")
     if _constant([r[2] for r in results], [r[3] for r in results]):
         raise Wrong(f"max_batch returned {results[0][2]:,.6g} for every case, but the right batches range from "
                     f"{min(r[3] for r in results):,} to {max(r[3] for r in results):,}: compute it from the "
@@ -390,8 +394,8 @@ class SimulatedGPU:
         needed = self.fixed + self.per_sample * batch
         if needed + held > self.limit:
             self.failures += 1
-            if self.cleanups is not None:
-                self._at_failure = dict(self.cleanups)
+            if self.cleanups is not None:    # the clean-ups that count, as they stood at the failure
+                self._at_failure = {k: self.cleanups[k] for k in ("collect", "empty_cache")}
             activations = _Held(min(needed, self.limit - held))   # kept alive by the traceback, as tensors are
             self._held.add(activations)
             raise torch.OutOfMemoryError(
@@ -417,7 +421,8 @@ def _power_of_two_step(value: int, start: int) -> bool:
 
 def _run_search(largest_batch, sim, start, what):
     try:
-        result = largest_batch(sim.try_step, start)
+        with answer_deadline(what):
+            result = largest_batch(sim.try_step, start)
     except _TooManyTrials:
         raise Wrong(f"{what} called try_step more than {sim.MAX_CALLS} times without finishing "
                     f"(first batches tried: {sim.calls[:6]}, last: {sim.calls[-3:]}). Each trial costs a training "
@@ -453,14 +458,21 @@ def _check_largest_batch(largest_batch):
     # Full collections are seen through gc.callbacks, however gc.collect was imported (objects alive before the
     # check are frozen, so each takes milliseconds); empty_cache is replaced, and the real one, bound before the
     # check began (`from torch.cuda import empty_cache`), is seen through the is_initialized() it asks first.
-    cleanups = {"collect": 0, "empty_cache": 0}
+    # A clean-up counts only when the failed step's memory is already released: gc.collect() or empty_cache()
+    # inside the except block, while the exception's traceback still holds the step's tensors, frees nothing
+    # (the lesson's rule: clean up outside the except). Those are counted apart, to name the mistake.
+    cleanups = {"collect": 0, "empty_cache": 0, "collect_held": 0, "empty_cache_held": 0, "sim": None}
+
+    def count(name):
+        sim = cleanups["sim"]
+        cleanups[name + ("_held" if sim is not None and sim.held() else "")] += 1
 
     def empty_cache():
-        cleanups["empty_cache"] += 1
+        count("empty_cache")
 
     def full_collection(phase, info):
         if phase == "start" and info.get("generation") == 2:
-            cleanups["collect"] += 1
+            count("collect")
 
     cuda_memory = sys.modules.get("torch.cuda.memory")
     real_empty_cache = getattr(cuda_memory, "empty_cache", None)
@@ -468,7 +480,7 @@ def _check_largest_batch(largest_batch):
 
     def is_initialized():
         if real_empty_cache is not None and sys._getframe(1).f_code is getattr(real_empty_cache, "__code__", None):
-            cleanups["empty_cache"] += 1
+            count("empty_cache")
         return real_is_initialized()
 
     with contextlib.ExitStack() as stack:
@@ -489,6 +501,8 @@ def _search_cases(largest_batch, cleanups=None):
     runs = []
     for description, limit, fixed, per_sample, start in _Q3_CASES:
         sim = SimulatedGPU(limit, fixed, per_sample, cleanups=cleanups)
+        if cleanups is not None:
+            cleanups["sim"] = sim
         what = f"largest_batch(try_step, start={start}) on {description}"
         result = _run_search(largest_batch, sim, start, what)
         if sim.retried_while_held:
@@ -497,6 +511,13 @@ def _search_cases(largest_batch, cleanups=None):
                         "and their tensors, alive — inside the except block, and for as long as you keep the "
                         "exception in a variable. Only note the failure in the except block (failed = True); "
                         "retry after it, once gc.collect() and torch.cuda.empty_cache() have run.")
+        if sim.retried_uncollected and cleanups is not None and \
+                (cleanups["collect_held"] or cleanups["empty_cache_held"]):
+            raise Wrong(f"{what} cleaned up inside the except block: there the exception's traceback still holds the "
+                        "failed step's frames and tensors, so gc.collect() and torch.cuda.empty_cache() free nothing, "
+                        f"and batch {sim.retried_uncollected[0]} was tried with that memory still in use on a GPU. "
+                        "Only note the failure in the except block (failed = True); call gc.collect() and "
+                        "torch.cuda.empty_cache() after it, outside the except.")
         if sim.retried_uncollected:
             missing = [call for name, call in (("collect", "gc.collect()"), ("empty_cache", "torch.cuda.empty_cache()"))
                        if cleanups is not None and cleanups[name] == 0]
@@ -536,7 +557,8 @@ def _search_cases(largest_batch, cleanups=None):
     sim = SimulatedGPU(16 * GIB, 1_000_000_000, 600_000, other_error_at=300)
     what = "largest_batch(try_step, start=64) when batches of 300 or more hit a bug (a RuntimeError that is not out of memory)"
     try:
-        result = largest_batch(sim.try_step, 64)
+        with answer_deadline(what):
+            result = largest_batch(sim.try_step, 64)
     except torch.OutOfMemoryError:
         raise Wrong(f"{what} raised torch.OutOfMemoryError; the step never ran out of memory.") from None
     except RuntimeError as exc:
@@ -655,8 +677,7 @@ def _close_grads(a, b) -> bool:
 
     if a is None or b is None or len(a) != len(b):
         return False
-    return all(x is not None and y is not None and x.shape == y.shape and torch.allclose(x, y, rtol=1e-4, atol=1e-6)
-               for x, y in zip(a, b))
+    return all(x is not None and y is not None and tensors_close(x, y, rtol=1e-4, atol=1e-6) for x, y in zip(a, b))
 
 
 def _peak_of(fn):
@@ -685,9 +706,11 @@ def _check_accumulation(accumulated_step):
         spy = _SpyOptimizer(torch.optim.SGD(params, lr=0.1), params)
         rows: list[int] = []
         model.register_forward_pre_hook(lambda module, args, rows=rows: rows.append(len(args[0])))
-        run = functools.partial(accumulated_step, model, spy, loss_fn, X.clone(), y.clone(), micro)
+        loss_before, X_in, y_in = snapshot(loss_fn), X.clone(), y.clone()
+        run = functools.partial(accumulated_step, model, spy, loss_fn, X_in, y_in, micro)
         try:
-            peak, result = _peak_of(run)
+            with answer_deadline(what):
+                peak, result = _peak_of(run)
         except (NotDone, Wrong):
             raise
         except Exception as exc:
@@ -696,8 +719,15 @@ def _check_accumulation(accumulated_step):
             raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
         if is_blank(result):
             raise NotDone("accumulated_step still returns ____: replace it with your code.")
+        changed = changes(loss_before, loss_fn)
+        if changed:
+            raise Wrong(f"{what} changed the loss function it was given ({changed}): every later use of loss_fn in "
+                        "the notebook now computes something else. Scale each micro-batch's loss instead: "
+                        "loss_fn(model(xb), yb) * len(xb) / len(X), and leave loss_fn as it is.")
+        if not (X_in.shape == X.shape and torch.equal(X_in, X) and torch.equal(y_in, y)):
+            raise Wrong(f"{what} changed X or y in place: split them (X.split(micro_batch)), do not modify them.")
         if not rows:
-            if _uses_blank(accumulated_step):
+            if uses_blank(accumulated_step):
                 raise NotDone("accumulated_step still uses ____: replace it with your code.")
             raise Wrong(f"{what}: the model was never called.")
         if max(rows) > micro:
@@ -810,6 +840,11 @@ _Q5_CASES = [
         "batch 512, checkpointing": (7.9e9, 1.30, 512),
         "batch 128": (5.1e9, 0.20, 128),
     }, "batch 128"),
+    # 4.2e9 bytes is 3.91 GiB: it fits in 4 GiB (4,294,967,296 bytes), though not in 4 GB
+    ("4 GiB: an option of 4.2 GB fits, because 4 GiB is 4.29 GB", 4 * GIB, {
+        "batch 256": (4.2e9, 0.50, 256),
+        "batch 64": (1.5e9, 0.20, 64),
+    }, "batch 256"),
 ]
 
 
@@ -818,7 +853,13 @@ def _q5_rule(options, budget, *, key, fits=lambda peak, budget: peak <= budget, 
     return best(chosen, key=chosen.get) if chosen else None
 
 
-_Q5_DIAGNOSES = [
+_Q5_DIAGNOSES = [   # the specific mistakes first: units before the comparison
+    (lambda o, b: _q5_rule(o, b * 1e9 / GIB, key=lambda p, s, n: n / s),
+     "you compared peaks in GB (÷ 10**9) with a budget in GiB (÷ 2**30), or the other way round: 4.2e9 bytes fit "
+     "in 4 GiB = 4,294,967,296 bytes. Both are already in bytes: compare peak <= budget_bytes directly."),
+    (lambda o, b: _q5_rule(o, b * GIB / 1e9, key=lambda p, s, n: n / s),
+     "you compared peaks in GiB (÷ 2**30) with a budget in GB (÷ 10**9): both are already in bytes, compare "
+     "peak <= budget_bytes directly."),
     (lambda o, b: _q5_rule(o, float("inf"), key=lambda p, s, n: n / s),
      "you chose the fastest option without checking that it fits: keep only options whose peak <= budget_bytes "
      "(budget_bytes is already in bytes: no factor 2**30)."),
@@ -847,8 +888,10 @@ def _check_choose(choose):
     answers = []
     for description, budget, options, expected in _Q5_CASES:
         what = f"choose(options, {budget:,}) for {description}"
+        given = copy.deepcopy(options)
         try:
-            got = choose(copy.deepcopy(options), budget)
+            with answer_deadline(what):
+                got = choose(given, budget)
         except (NotDone, Wrong):
             raise
         except ValueError as exc:
@@ -862,6 +905,10 @@ def _check_choose(choose):
             raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
         if is_blank(got):
             raise NotDone("choose still returns ____: replace it with your code.")
+        changed = changes(snapshot(options), given)
+        if changed:
+            raise Wrong(f"{what} changed the options it was given ({changed}): the notebook's measurements are lost "
+                        "for later cells. Read them, build your own dict or list if needed.")
         answers.append((description, budget, options, expected, got, what))
     for description, budget, options, expected, got, what in answers:
         if got is not None and not isinstance(got, str):

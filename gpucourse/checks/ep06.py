@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import statistics
 import time
 
 import numpy as np
 
-from ..exercises import Exercise, Wrong, as_number, require_function, solution_link
+from ..exercises import Exercise, Wrong, as_number, changes, require_function, snapshot, solution_link, tensors_close
 from ..exercises import call_answer as _call
 
 NOTEBOOK = "06-faster-training.ipynb"
@@ -89,18 +90,20 @@ class _SpyScaler:
         self.unscaled = self.stepped = False
 
 
-def _amp_fixture(seed: int, log):
+def _amp_fixture(seed: int, log, device_type: str = "cpu"):
     import torch
     from torch import nn
 
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1))
+    other = "cpu" if device_type == "cuda" else "cuda"
 
     def record(module, inputs):
-        log.append(("forward", torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        log.append(("forward", torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type),
+                    torch.is_autocast_enabled(other)))
 
     def record_backward(module, grad_output):
-        log.append(("backward", torch.is_autocast_enabled("cpu")))
+        log.append(("backward", torch.is_autocast_enabled(device_type)))
 
     model.register_forward_pre_hook(record)
     model[-1].register_full_backward_pre_hook(record_backward)   # the last layer: its input needs a gradient
@@ -151,9 +154,7 @@ def _reference_amp_update(seed, dtype, max_norm, how="right"):
 
 
 def _same_update(a, b):
-    import torch
-
-    return all(torch.allclose(x, y, rtol=2e-2, atol=1e-9) for x, y in zip(a, b))
+    return all(tensors_close(x, y, rtol=2e-2, atol=1e-9) for x, y in zip(a, b))
 
 
 _Q1_CASES = ((0, "bfloat16", 0.05), (7, "float16", 0.2))   # seed, autocast dtype, max_norm
@@ -170,6 +171,7 @@ def _check_amp_step(amp_step):
         for p in model.parameters():   # gradients left over from an earlier step
             p.grad = torch.full_like(p, _STALE)
         before = [p.detach().clone() for p in model.parameters()]
+        X_before, y_before = snapshot(X), snapshot(y)
         result = _call(amp_step, model, optimizer, _SpyScaler(log), X, y, "cpu", dtype, max_norm,
                        what=f"amp_step(model, optimizer, scaler, X, y, 'cpu', {dtype}, max_norm={max_norm})")
         if isinstance(result, torch.Tensor):
@@ -180,11 +182,11 @@ def _check_amp_step(amp_step):
         calls = [e for e in log if isinstance(e, str)]
         if not forwards:
             raise Wrong("amp_step never ran the model on X.")
-        if not all(enabled for _, enabled, _ in forwards):
+        if not all(enabled for _, enabled, _, _ in forwards):
             raise Wrong("the forward pass ran without autocast on the CPU: wrap the forward pass and the loss in "
                         "`with torch.autocast(device_type=device_type, dtype=dtype):` and use the device_type you "
                         "were given (not 'cuda', and not the deprecated torch.cuda.amp.autocast).")
-        if any(d != dtype for _, _, d in forwards):
+        if any(d != dtype for _, _, d, _ in forwards):
             raise Wrong(f"autocast ran in {forwards[0][2]}, but this call asked for {dtype}: pass dtype=dtype "
                         "instead of hard-coding one.")
         if any(enabled for _, enabled in backwards):
@@ -232,8 +234,61 @@ def _check_amp_step(amp_step):
         if abs(loss_value - want_loss) > 1e-2 * max(1.0, abs(want_loss)):
             raise Wrong(f"amp_step returned {loss_value:.4g}, but the loss of this batch is {want_loss:.4g}: return "
                         "the unscaled loss (loss.item(), not the scaled one).")
-    return ("autocast ran the forward pass in the dtype asked for, the gradients were unscaled before they were "
-            "clipped, and scaler.step/update did the rest, for bfloat16 and float16 alike.")
+        if changes(X_before, X) or changes(y_before, y):
+            raise Wrong("amp_step changed the batch X or y it was given: compute on them, do not change them in place.")
+    _check_amp_on_cuda(amp_step)
+    return ("autocast ran the forward pass in the dtype asked for, on the device type asked for (the CPU here, and "
+            "'cuda' as on a GPU), the gradients were unscaled before they were clipped, and scaler.step/update did "
+            "the rest, for bfloat16 and float16 alike.")
+
+
+@contextlib.contextmanager
+def _cuda_autocast_allowed():
+    """Let ``torch.autocast("cuda", ...)`` be entered on a machine without a GPU.
+
+    Without a GPU torch disables a CUDA autocast (with a warning) after asking
+    ``torch.cuda.is_available()``; pretending one exists lets the check see, from inside the model's
+    forward, the state autocast sets (``torch.is_autocast_enabled("cuda")``, ``get_autocast_dtype``).
+    The tensors stay on the CPU, where a CUDA autocast changes nothing, so only that state is checked.
+    """
+    import warnings
+    from unittest import mock
+
+    import torch
+
+    if torch.cuda.is_available():
+        yield
+        return
+    with mock.patch.object(torch.cuda, "is_available", lambda: True), \
+            mock.patch.object(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
+
+
+def _check_amp_on_cuda(amp_step):
+    """The same step called as on a GPU: device_type='cuda'. A device type or dtype fixed in the answer shows."""
+    import torch
+
+    for seed, dtype_name, max_norm in _Q1_CASES:
+        dtype = getattr(torch, dtype_name)
+        log = []
+        model, optimizer, X, y = _amp_fixture(seed, log, device_type="cuda")
+        what = f"amp_step(model, optimizer, scaler, X, y, 'cuda', {dtype}, max_norm={max_norm})"
+        with _cuda_autocast_allowed():
+            _call(amp_step, model, optimizer, _SpyScaler(log), X, y, "cuda", dtype, max_norm, what=what)
+        forwards = [e for e in log if isinstance(e, tuple) and e[0] == "forward"]
+        if not forwards:
+            raise Wrong(f"{what} never ran the model on X.")
+        if not all(enabled for _, enabled, _, _ in forwards):
+            where = "for 'cpu'" if any(other for _, _, _, other in forwards) else "at all"
+            raise Wrong(f"called with device_type='cuda', as on a GPU, {what} enabled autocast {where}, not for "
+                        "'cuda': the device type is fixed in your code. Use the argument: "
+                        "torch.autocast(device_type=device_type, dtype=dtype).")
+        if any(d != dtype for _, _, d, _ in forwards):
+            raise Wrong(f"called with device_type='cuda', autocast ran in {forwards[0][2]}, but the call asked for "
+                        f"{dtype}: the dtype is ignored on one device type (on CUDA autocast's default is float16, "
+                        "on the CPU bfloat16). Pass dtype=dtype whatever the device.")
 
 
 q1 = Exercise("ep06.q1", _check_amp_step,
@@ -294,7 +349,13 @@ def _check_compile_report(compile_report):
 
     answers = []
     for times, warmup in _Q2_CASES:
-        got = _call(compile_report, list(times), warmup, what=f"compile_report({times}, warmup={warmup})")
+        given = list(times)
+        got = _call(compile_report, given, warmup, what=f"compile_report({times}, warmup={warmup})")
+        if given != times:
+            how = "sorted" if given == sorted(times) else "changed"
+            raise Wrong(f"compile_report {how} the list step_times it was given (now {given}): the caller's times "
+                        "are no longer in step order. statistics.median and sorted(...) leave the list alone; "
+                        "list.sort() does not.")
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise Wrong(f"compile_report should return two numbers (compile_seconds, steady_seconds); got {got!r}.")
         answers.append((times, warmup, as_number("compile_seconds", got[0]), as_number("steady_seconds", got[1])))
@@ -539,8 +600,16 @@ def _losses(result, steps, what):
     if len(result) != steps:
         raise Wrong(f"{what} returned {len(result)} losses for {steps} steps: every step must still run (no cut "
                     "steps, no skipped batches), and each must report its loss.")
-    return [as_number(f"loss {i}", v.detach().cpu() if isinstance(v, torch.Tensor) else v)
-            for i, v in enumerate(result)]
+    def number(i, v):
+        v = v.detach().cpu() if isinstance(v, torch.Tensor) else v
+        try:
+            if math.isnan(float(v)):
+                return float("nan")    # compared below: a NaN loss is a symptom, the message names the cause
+        except (TypeError, ValueError):
+            pass
+        return as_number(f"loss {i}", v)
+
+    return [number(i, v) for i, v in enumerate(result)]
 
 
 def _explain_error(device):
@@ -586,8 +655,12 @@ def _reference_losses(original, X, y, steps, batch, device, ddof):
     return torch.stack(losses).tolist()
 
 
+def _same_loss(g, w, tol) -> bool:
+    return abs(g - w) <= tol * max(1.0, abs(w))     # False for NaN
+
+
 def _same_losses(got, want, tol):
-    return all(abs(g - w) <= tol * max(1.0, abs(w)) for g, w in zip(got, want))
+    return all(_same_loss(g, w, tol) for g, w in zip(got, want))
 
 
 def _run_case(fast_train, seed, n, batch, steps, device):
@@ -609,12 +682,21 @@ def _run_case(fast_train, seed, n, batch, steps, device):
     start = [p.detach().cpu() for p in original.parameters()]
     if [p.shape for p in params] != [p.shape for p in ref_params]:
         raise Wrong("the model's layers changed shape: a fix may not change the model.")
-    if all(torch.equal(p, q) for p, q in zip(params, start)):
+    dtypes = {str(p.dtype).replace("torch.", "") for p in theirs.parameters()}
+    if dtypes != {"float32"}:
+        raise Wrong(f"fast_train changed the model's dtype to {', '.join(sorted(dtypes))} (model.double()?): a fix "
+                    "may not change the model, and float64 is many times slower on a GPU. Keep the model in "
+                    "float32 and convert the standardised table once with .float(), as slow_train does.")
+    moved = {str(p.device) for p in theirs.parameters()} - {str(q.device) for q in original.parameters()}
+    if moved:
+        raise Wrong(f"fast_train moved the model to {', '.join(sorted(moved))}: train it where it is, on "
+                    "next(model.parameters()).device, and bring the data there.")
+    if all(tensors_close(p, q, rtol=0, atol=0) for p, q in zip(params, start)):
         raise Wrong("the model you were given is untrained after fast_train: train that model (not a new one or a "
                     "copy), and do not wrap the training in torch.no_grad().")
     tol = _tolerance(device)
     for i, (g, w) in enumerate(zip(got, want)):
-        if abs(g - w) > tol * max(1.0, abs(w)):
+        if not _same_loss(g, w, tol):
             if _same_losses(got, _reference_losses(original, X, y, steps, batch, device, ddof=1), tol):
                 raise Wrong("your standard deviation divides by n - 1, the original's by n: torch.std (like "
                             "pandas) uses correction=1 by default, np.std uses ddof=0. Use "
@@ -626,13 +708,15 @@ def _run_case(fast_train, seed, n, batch, steps, device):
                             "full batches, and never uses the rows left over: batch k starts at row "
                             "(k % n_batches) * batch_size (not (k * batch_size) % len(X), and no partial batch).")
             where = "the first loss already differs" if i == 0 else f"the losses part from step {i} on"
+            if g != g:
+                where += " (a NaN loss: a batch with no rows, or a division by zero?)"
             raise Wrong(f"loss {i} is {g:.6g}, the original loop's is {w:.6g}: {where}. Keep what is computed: the "
                         "same model, the same optimizer (SGD, lr=0.05) with zero_grad every step, the same batches "
                         "in the same order (consecutive, wrapping around after the last full batch, no shuffling), "
                         "standardised with the mean and std of the whole X, in float32. A fix changes how fast, "
                         "not what.")
     for p, q in zip(params, ref_params):
-        if not torch.allclose(p, q, rtol=1e-4, atol=1e-5):
+        if not tensors_close(p, q, rtol=1e-4, atol=1e-5):
             raise Wrong("the losses match but the trained weights differ from the original loop's: every step must "
                         "update the model you were given, exactly as slow_train does.")
 
