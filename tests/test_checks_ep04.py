@@ -137,6 +137,22 @@ def test_q2_other_right_answers():
 
     assert outcome(ep04.q2, with_literal_cpu, by_parsing)[0] == "correct"
 
+    def through_numpy(x):             # cannot be traced into a graph: judged by its eager runs
+        with tf.device("CPU"):
+            x64 = tf.constant(np.asarray(x, dtype=np.float64))
+            return tf.matmul(x64, x64, transpose_b=True)
+
+    def spec_name(x):
+        from tensorflow import DeviceSpec, device
+
+        with device(DeviceSpec(device_type="CPU", device_index=0).to_string()):
+            x64 = tf.cast(x, "float64")
+            return tf.einsum("ij,kj->ik", x64, x64)
+
+    for fn in (through_numpy, spec_name):
+        result, message = outcome(ep04.q2, fn, device_type)
+        assert result == "correct", (fn.__name__, message)
+
 
 def _unpinned(x):
     x64 = tf.cast(x, tf.float64)
@@ -199,6 +215,17 @@ def _second_cpu(x):
         return x64 @ tf.transpose(x64)
 
 
+def _device_none(x):
+    with tf.device(None):             # clears the caller's scope: the CPU only when there is no GPU
+        x64 = tf.cast(x, tf.float64)
+        return x64 @ tf.transpose(x64)
+
+
+def _device_empty(x):
+    with tf.device(""):
+        return tf.linalg.matmul(tf.cast(x, tf.float64), tf.cast(x, tf.float64), transpose_b=True)
+
+
 Q2_WRONG = {
     # the mistake the exercise is about: work left where the caller put it
     "not pinned at all": (_unpinned, device_type, ["not pinned to the CPU", "soft placement off", "could not place Cast"]),
@@ -206,6 +233,9 @@ Q2_WRONG = {
     "the cast left outside the CPU scope": (_cast_outside, device_type, ["could not place Cast", "the cast too"]),
     "switches soft placement back on": (_soft_on, device_type, "switches soft placement back on"),
     "a CPU that does not exist": (_second_cpu, device_type, ["asks for", "CPU:1", "does not exist"]),
+    "tf.device(None), which clears the scope": (_device_none, device_type, ["tf.device(None)", "clears the caller's",
+                                                                          "Name the CPU"]),
+    "tf.device(''), which names nothing": (_device_empty, device_type, ["not pinned to the CPU"]),
     # wrong result
     "float32, not float64": (_float32, device_type, ["float32", "float64"]),
     "multiplied in float32, cast afterwards": (_cast_after, device_type, "cast to float64 afterwards"),
@@ -248,6 +278,7 @@ def test_q2_on_a_simulated_gpu_machine(simulated_gpu):
     for fn in (_unpinned, _chosen_device, _cast_outside):
         result, message = outcome(ep04.q2, fn, device_type)
         assert result == "wrong" and "not pinned to the CPU" in message and "/device:GPU:0" in message, message
+    assert_wrong(ep04.q2, (_device_none, device_type), ["tf.device(None)"])
 
 
 def test_q2_stub_is_not_done():
@@ -479,3 +510,37 @@ def test_every_exercise_has_a_hint(capsys):
         q.solution()
     out = capsys.readouterr().out
     assert out.count("Hint (ep04.q") == 4 and "solutions/04-keras-cnn.ipynb" in out
+
+
+# ---------------------------------------------------------------- the conditions that matter
+
+def test_q4_changing_the_callers_matrix_is_named(cm):
+    def zeroes_the_diagonal(m, k):      # right numbers, but the caller's matrix loses its diagonal
+        tp = m[k, k]
+        np.fill_diagonal(m, 0)
+        p, r = tp / (tp + m[:, k].sum()), tp / (tp + m[k, :].sum())
+        return p, r, 2 * p * r / (p + r)
+    assert_wrong(ep04.q4, (zeroes_the_diagonal, cm), ["changed the matrix cm", "in place"])
+
+
+def test_q4_written_otherwise(cm):
+    from statistics import harmonic_mean
+
+    def with_statistics(m, k):
+        m = np.asarray(m, dtype=float)
+        p, r = m[k, k] / m[:, k].sum(), m[k, k] / m[k].sum()
+        return p, r, harmonic_mean([p, r])
+    assert outcome(ep04.q4, with_statistics, cm)[0] == "correct"
+
+
+def test_q1_an_answer_that_never_returns_is_stopped(monkeypatch):
+    from gpucourse import exercises
+
+    monkeypatch.setattr(exercises, "DEADLINE_S", 1.0)
+
+    def loops(input_shape, filters, kernel_size, padding):
+        height, width, _ = input_shape
+        while height > kernel_size:     # never changes height
+            width -= 0
+        return (height, width, filters), 0
+    assert_wrong(ep04.q1, (loops,), ["did not return within 1 s", "loop that never ends"])

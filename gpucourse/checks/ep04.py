@@ -43,6 +43,7 @@ from ..exercises import (
     Exercise,
     NotDone,
     Wrong,
+    answer_deadline,
     as_number,
     describe,
     require_answer,
@@ -272,11 +273,12 @@ def _q2_run(cpu_reference, x, what: str, *, outer: str | None):
 
     with _strict_placement():
         try:
-            if outer is None:
-                result = cpu_reference(x)
-            else:
-                with tf.device(outer):
+            with answer_deadline(what):
+                if outer is None:
                     result = cpu_reference(x)
+                else:
+                    with tf.device(outer):
+                        result = cpu_reference(x)
         except (NotDone, Wrong):
             raise
         except Exception as exc:
@@ -290,6 +292,31 @@ def _q2_run(cpu_reference, x, what: str, *, outer: str | None):
             raise Wrong(f"{what} switches soft placement back on: then a request TensorFlow cannot meet falls "
                         "back silently. Leave the setting alone; pin your work with `with tf.device(...)`.")
     return require_answer(result, what), None
+
+
+def _q2_unpinned_ops(cpu_reference, x: np.ndarray, outer: str) -> list[str]:
+    """The operations of ``cpu_reference`` that request no device, read from its graph.
+
+    Without a GPU, work that requests no device lands on the CPU anyway, so the result's device
+    cannot tell ``tf.device(None)`` (which clears the caller's scope) from a scope that names the
+    CPU. Traced into a graph, each operation keeps the device it requested: '' when none. An answer
+    that cannot be traced (it calls .numpy(), say) is judged by its eager runs alone.
+    """
+    import tensorflow as tf
+
+    try:
+        with answer_deadline("cpu_reference(x)"), tf.device(outer):
+            graph = tf.function(cpu_reference, autograph=False).get_concrete_function(
+                tf.TensorSpec(x.shape, tf.float32)).graph
+    except (NotDone, Wrong):
+        raise
+    except Exception:
+        return []
+    plumbing = {"Placeholder", "Identity", "NoOp", "IdentityN"}
+    ops = [op for op in graph.get_operations() if op.type not in plumbing]
+    if not ops or any(_kind(op.device) not in ("", "CPU") for op in ops if op.device):
+        return []                          # the eager runs judge placement on other devices
+    return sorted({op.type for op in ops if not op.device})
 
 
 def _q2_result_mistake(result, x: np.ndarray, what: str) -> str | None:
@@ -379,6 +406,12 @@ def _check_q2(cpu_reference, device_type):
         if mistake:
             raise Wrong(mistake)
         results.append(result)
+    unpinned = _q2_unpinned_ops(cpu_reference, xs[0], outer)
+    if unpinned:
+        raise Wrong(f"cpu_reference's {', '.join(unpinned)} asked for no device at all: `with tf.device(None):` (or "
+                    "tf.device('')) clears the caller's device scope instead of naming the CPU, so on a GPU machine "
+                    "TensorFlow puts that work on the GPU. Name the CPU: "
+                    "`with tf.device(tf.config.list_logical_devices('CPU')[0].name):`.")
     if not gpus:
         with _pretend_gpu():
             result, placement = _q2_run(cpu_reference, tf.constant(xs[0]), "cpu_reference(x)", outer=None)
@@ -569,7 +602,8 @@ def _check_q3(with_prefetch, t_slow, t_fast):
     # Measure: the pipeline as given, then with the learner's prefetch. Producer and consumer sleep,
     # so CPU load hardly matters; the wait per batch is ~30 ms against ~0 ms by design.
     total_slow, waits_slow, _ = _q3_time(q3_slow_pipeline(), Q3_BATCHES, "slow_ds")
-    total_fast, waits_fast, values = _q3_time(fast, Q3_BATCHES, "with_prefetch(slow_ds)")
+    with answer_deadline("iterating over with_prefetch(slow_ds)"):
+        total_fast, waits_fast, values = _q3_time(fast, Q3_BATCHES, "with_prefetch(slow_ds)")
     if values != list(range(Q3_BATCHES)):
         raise Wrong(f"with_prefetch(slow_ds) yields {values}, slow_ds yields {list(range(Q3_BATCHES))}: "
                     "change nothing but the prefetch.")
@@ -708,11 +742,16 @@ def _check_q4(precision_recall_f1, cm):
     answers = []
     for m, k in fixtures:
         what = f"precision_recall_f1(cm, {k}) for a {m.shape[0]}×{m.shape[0]} matrix"
-        result = _call(precision_recall_f1, m.copy(), k, what=what,
+        given = m.copy()
+        result = _call(precision_recall_f1, given, k, what=what,
                        explain=lambda exc, what=what, size=m.shape[0]: (
                            f"{what} raised {type(exc).__name__}: {exc}. Does your function assume 10 classes? A "
                            "confusion matrix has one row and one column per class, however many there are.")
                        if isinstance(exc, IndexError) and size < 10 else None)
+        if not np.array_equal(given, m):
+            raise Wrong(f"{what} changed the matrix cm it was given, in place: the notebook's confusion matrix would "
+                        "be wrong for every later cell. Compute from cm without assigning into it (cm / total makes a "
+                        "new array; cm /= total does not).")
         if isinstance(result, np.ndarray) and result.shape == (3,):
             result = tuple(result)
         if not isinstance(result, (tuple, list)) or len(result) != 3:
