@@ -33,7 +33,7 @@ from unittest import mock
 
 import numpy as np
 
-from ..exercises import Exercise, NotDone, Wrong, as_number, is_blank, require_function, solution_link
+from ..exercises import Exercise, answer_deadline, NotDone, Wrong, as_number, is_blank, require_function, solution_link
 from ..exercises import call_answer as _call
 from ..exercises import mentions_blank as _mentions_blank
 
@@ -852,7 +852,8 @@ def _run_crossover(crossover, widths, cpu_times, gpu_times):
     """The learner's answer for one sweep, as an int width or None."""
     what = _what(widths, cpu_times, gpu_times)
     try:
-        got = crossover(widths, cpu_times, gpu_times)
+        with answer_deadline(what):
+            got = crossover(widths, cpu_times, gpu_times)
     except (NotDone, Wrong):
         raise
     except Exception as exc:
