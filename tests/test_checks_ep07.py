@@ -550,3 +550,11 @@ def test_q4_a_deadlock_is_named_at_once():
     start = time.monotonic()
     assert_wrong(ep07.q4, (buggy,), ["deadlock"])
     assert time.monotonic() - start < 5, "a deadlock needs no timeout: no rank can move on"
+
+
+def test_q4_changing_the_batches_is_named():
+    def drops_extra(rank, world_size, batches, all_reduce, lr):
+        steps = int(all_reduce(len(batches), op="min"))
+        del batches[steps:]                       # the caller's loader loses its batches
+        return train(rank, world_size, batches, all_reduce, lr)
+    assert_wrong(ep07.q4, (drops_extra,), ["changed the list of batches"])

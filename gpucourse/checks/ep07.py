@@ -469,10 +469,11 @@ def _check_train(fn):
         case = f"{world} ranks with {counts} batches"
         sim = _World(world)
         results, errors = [None] * world, [None] * world
+        given = copy.deepcopy(batches_per_rank)     # each rank's own copy: compared afterwards
 
         def run(rank):
             try:
-                results[rank] = fn(rank, world, batches_per_rank[rank], sim.all_reduce_for(rank), lr)
+                results[rank] = fn(rank, world, given[rank], sim.all_reduce_for(rank), lr)
             except BaseException as exc:  # noqa: BLE001 - reported to the learner
                 errors[rank] = exc
             finally:
@@ -509,6 +510,11 @@ def _check_train(fn):
                 raise Wrong(f"{case}: rank {rank} raised IndexError: {exc}. It ran out of batches: the step "
                             "count must be the smallest shard's, agreed with all_reduce(..., op='min').")
             raise Wrong(f"{case}: rank {rank} raised {type(exc).__name__}: {exc}.")
+        if given != batches_per_rank:
+            rank = next(r for r in range(world) if given[r] != batches_per_rank[r])
+            raise Wrong(f"{case}: rank {rank} changed the list of batches it was given (it now has "
+                        f"{len(given[rank])} of {counts[rank]}): a loader's batches are not yours to drop or change. "
+                        "Agree on the number of steps with all_reduce(..., op='min') and stop there.")
         if sim.mismatch is not None:
             k, ops = sim.mismatch
             raise Wrong(f"{case}: in collective call #{k + 1} the ranks asked for different reductions {ops}. "
