@@ -54,10 +54,11 @@ def amp_step_set_to_none(model, optimizer, scaler, X, y, device_type, dtype, max
 
 def _amp_variant(autocast=True, dtype=None, device_type=None, scale=True, via_scaler=True, update=True,
                  update_first=False, zero_grad=True, ret="item", backward_inside=False, unscale="before",
-                 clip=True, norm=None):
+                 clip=True, norm=None, dtype_for=None):
     def step(model, optimizer, scaler, X, y, dev, dt, max_norm):
         if zero_grad:
             optimizer.zero_grad()
+        dt = dtype_for(dev, dt) if dtype_for else dt
         ctx = (torch.autocast(device_type=device_type or dev, dtype=dtype or dt) if autocast
                else torch.autocast(device_type="cpu", enabled=False))
         with ctx:
@@ -495,16 +496,8 @@ def _fixed_cpu(model, optimizer, scaler, X, y, device_type, dtype, max_norm):
     return _amp_variant(device_type="cpu")(model, optimizer, scaler, X, y, device_type, dtype, max_norm)
 
 
-def _dtype_only_on_cpu(model, optimizer, scaler, X, y, device_type, dtype, max_norm):
-    optimizer.zero_grad()
-    with torch.autocast(device_type=device_type, dtype=dtype if device_type == "cpu" else torch.float16):
-        loss = loss_fn(model(X).squeeze(1), y)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
+# the dtype asked for is used on the CPU only
+_dtype_only_on_cpu = _amp_variant(dtype_for=lambda dev, dt: dt if dev == "cpu" else torch.float16)
 
 
 def _amp_written_otherwise(model, optimizer, scaler, X, y, device_type, dtype, max_norm):
