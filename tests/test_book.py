@@ -252,6 +252,28 @@ def test_search_button_is_named_by_what_it_shows_and_opens_search(browser, serve
     page.close()
 
 
+_SHOWN_MODE_TITLE = """() => [...document.querySelectorAll('.theme-switch-button .theme-switch')]
+    .filter(icon => icon.getBoundingClientRect().width > 0)
+    .map(icon => icon.querySelector('title')?.textContent || icon.getAttribute('title'))"""
+
+
+def test_color_mode_button_is_named_by_the_mode_it_shows(browser, server):
+    page, problems = _open(browser, f"{server}/book/intro.html", "color-mode")
+    button = page.locator(".theme-switch-button").first
+    names = []
+    for _ in range(3):                     # the button cycles through the three modes
+        shown = page.evaluate(_SHOWN_MODE_TITLE)
+        assert len(shown) == 1, f"the colour-mode button shows {shown}, not one icon"
+        label = button.get_attribute("aria-label")
+        assert label == f"Color mode: {shown[0]}", f"named {label!r} but shows {shown[0]!r}"
+        names.append(label)
+        button.click()
+        page.wait_for_timeout(200)
+    assert len(set(names)) == 3, names
+    assert not problems, problems
+    page.close()
+
+
 @pytest.mark.parametrize("page_name", ALL_PAGES)
 @pytest.mark.parametrize("width_name", ["phone", "desktop"])
 def test_page_fits_the_screen(browser, server, page_name, width_name):
