@@ -36,7 +36,7 @@ help:
 	@echo "                RUNTIME=previous: the same with Colab's previous runtime (.venv-colab-previous)"
 	@echo "make gpu-check  run every episode at this machine's size; write gpucourse/references/<device>.json"
 	@echo "make exercises  regenerate exercises/ from solutions/"
-	@echo "make sync       point Colab badges and setup cells at the repo in _config.yml"
+	@echo "make sync       point Colab and Kaggle badges and setup cells at the repo in _config.yml"
 	@echo "make lint       check exercises/ and notebook links are up to date"
 	@echo "make clean      remove build outputs (keeps .venv)"
 
