@@ -227,6 +227,132 @@ def test_an_interrupt_during_a_launch_kills_every_process(tmp_path):
     assert not _alive(child), "a worker survived the interrupt"
 
 
+# A worker that outlives SIGTERM, in one of two ways: it ignores the signal, or a library's handler
+# only notes it while the worker is blocked in a system call (read on a pipe nobody writes), which
+# Python resumes after the handler (PEP 475). Each writes its PID to a file, then waits forever.
+_STUBBORN_WORKER = """
+import os, signal, sys, time
+how, pidfile = sys.argv[-2:]
+if how == "ignores-sigterm":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda *_: print("SIGTERM noted; finishing the current read", flush=True))
+open(pidfile + ".tmp", "w").write(str(os.getpid()))
+os.replace(pidfile + ".tmp", pidfile)
+if how == "ignores-sigterm":
+    time.sleep(600)
+else:
+    os.read(os.pipe()[0], 1)
+"""
+
+
+def _pids_when_written(pidfiles, seconds=120.0):
+    """Wait (up to ``seconds``, however loaded the machine) until every file holds a PID."""
+    end = time.monotonic() + seconds
+    while not all(f.exists() for f in pidfiles) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert all(f.exists() for f in pidfiles), "the workers never started"
+    return [int(f.read_text()) for f in pidfiles]
+
+
+def _interrupt_when_written(pidfiles):
+    """Press the kernel's stop button (SIGINT to this process) once every worker has written its PID."""
+    import signal
+    import threading
+
+    marks = {}
+
+    def press():
+        _pids_when_written(pidfiles)
+        marks["pressed"] = time.perf_counter()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press, daemon=True).start()
+    return marks
+
+
+def test_workers_in_sessions_of_their_own_that_outlive_sigterm_are_stopped(tmp_path):
+    from gpucourse.distributed import GRACE_S
+
+    script = tmp_path / "worker.py"
+    script.write_text(_STUBBORN_WORKER)
+    pidfiles = [tmp_path / "ignores.pid", tmp_path / "blocked.pid"]
+    # like torchrun: each worker in a session of its own; this launcher fails once both run, so
+    # the workers are orphans (parent PID 1) before the launch stops anything
+    launcher = (f"import subprocess, sys, time; from pathlib import Path; "
+                f"files = [Path({str(pidfiles[0])!r}), Path({str(pidfiles[1])!r})]; "
+                f"[subprocess.Popen([sys.executable, {str(script)!r}, how, str(f)], start_new_session=True) "
+                f"for how, f in zip(['ignores-sigterm', 'blocked-in-read'], files)]; "
+                "[time.sleep(0.05) for _ in range(2400) if not all(f.exists() for f in files)]; sys.exit(1)")
+    run = launch([sys.executable, "-c", launcher], timeout=120, show=False)
+    returned = time.time()
+    pids = _pids_when_written(pidfiles, 0)
+    alive = [pid for pid in pids if _alive(pid)]
+    for pid in alive:
+        os.kill(pid, 9)
+    assert run.returncode == 1
+    assert not alive, f"workers {alive} (in sessions of their own, outliving SIGTERM) survived the launch"
+    started = max(f.stat().st_mtime for f in pidfiles)
+    assert returned - started < GRACE_S + 10, \
+        f"the launch returned {returned - started:.1f} s after its command failed (grace {GRACE_S:g} s)"
+
+
+def test_torchrun_workers_that_outlive_sigterm_are_stopped(tmp_path):
+    from gpucourse.distributed import GRACE_S
+
+    script = tmp_path / "worker.py"
+    script.write_text("import os\n"
+                      "how = 'ignores-sigterm' if os.environ['RANK'] == '0' else 'blocked-in-read'\n"
+                      f"pidfile = {str(tmp_path)!r} + '/rank' + os.environ['RANK'] + '.pid'\n"
+                      "import sys; sys.argv += [how, pidfile]\n" + _STUBBORN_WORKER)
+    pidfiles = [tmp_path / "rank0.pid", tmp_path / "rank1.pid"]
+    marks = _interrupt_when_written(pidfiles)
+    with pytest.raises(KeyboardInterrupt):
+        launch(torchrun("--standalone", "--nproc-per-node=2", script), timeout=300, show=False)
+    returned = time.perf_counter()
+    pids = _pids_when_written(pidfiles, 0)
+    alive = [pid for pid in pids if _alive(pid)]
+    for pid in alive:
+        os.kill(pid, 9)
+    assert not alive, f"torchrun's workers {alive} survived the launch"
+    assert returned - marks["pressed"] < GRACE_S + 10, \
+        f"the launch returned {returned - marks['pressed']:.1f} s after the interrupt (grace {GRACE_S:g} s)"
+
+
+def test_a_checkpoint_writer_killed_mid_save_leaves_no_temporary_after_the_next_save(tmp_path):
+    import signal
+    import subprocess
+
+    from gpucourse.distributed.ddp_train import save_atomic
+
+    target = tmp_path / "checkpoint.pt"
+    save_atomic(lambda f: torch.save({"step": 1}, f), target)
+    writer = ("import sys, time, torch\nfrom pathlib import Path\n"
+              "from gpucourse.distributed.ddp_train import save_atomic\n"
+              "def save(f):\n"
+              "    torch.save({'step': 2, 'big': torch.zeros(1000)}, f); print('WRITING', flush=True); time.sleep(600)\n"
+              f"save_atomic(save, Path({str(target)!r}))\n")
+    writers = [subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    try:
+        for w in writers:
+            assert w.stdout.readline().strip() == "WRITING"
+        killed, living = writers
+        killed.send_signal(signal.SIGKILL)       # as the out-of-memory killer or a scheduler would
+        killed.wait(timeout=30)
+        before = sorted(p.name for p in tmp_path.iterdir())
+        assert len(before) == 3, f"expected the file and two temporaries, found {before}"
+        save_atomic(lambda f: torch.save({"step": 3}, f), target)
+        after = sorted(p.name for p in tmp_path.iterdir())
+        assert torch.load(target) == {"step": 3}
+        assert len(after) == 2 and str(living.pid) in after[0] + after[1], \
+            f"the next save should leave the file and the living writer's temporary, found {after}"
+    finally:
+        for w in writers:
+            w.kill()
+            w.wait(timeout=30)
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--global-batch", "0"], "at least 1"),
     (["--samples", "100", "--global-batch", "128"], "less than one global batch"),

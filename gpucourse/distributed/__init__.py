@@ -8,8 +8,8 @@ and the notebook launches them the way one would on a cluster: with ``torchrun``
 (``python -m torch.distributed.run``) or, for TensorFlow, one process per worker.
 
 ``launch`` runs such a command with a deadline, captures its output and prints it when the
-run is over, and kills the whole process group (launcher and workers) if it fails or runs
-out of time; when one of several commands started together fails, the others are stopped at
+run is over, and stops every process the command started (launcher and workers, in whatever
+session they are: torchrun puts each worker in one of its own) when it returns; when one of several commands started together fails, the others are stopped at
 once rather than left waiting for it. ``free_port`` and ``free_ports`` ask the operating system for TCP ports nobody
 is using, so that runs in parallel (two test workers, two learners on one machine) do not
 collide; if a port is taken in the seconds between that choice and a worker's bind, the run
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -29,7 +30,7 @@ import time
 from dataclasses import dataclass
 
 __all__ = ["Run", "first_error", "free_port", "free_ports", "kill_group", "launch", "launch_many",
-           "run_with_deadline", "torchrun"]
+           "run_with_deadline", "torchrun", "track"]
 
 
 @dataclass
@@ -74,6 +75,8 @@ def free_ports(n: int) -> list[int]:
 
 
 PORT_CLASH = "Address already in use"
+GRACE_S = 5.0  # from SIGTERM to SIGKILL: time for workers to save and exit cleanly
+_MARK = "GPUCOURSE_LAUNCH"  # in the environment of every process a launch starts, and of theirs
 
 
 def _env(extra: dict | None) -> dict:
@@ -82,29 +85,132 @@ def _env(extra: dict | None) -> dict:
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
+    env[_MARK] = f"{os.environ.get(_MARK, '')} {os.getpid()}-{secrets.token_hex(8)}".strip()
     return env
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """Kill the process group of ``proc`` (it was started in a session of its own)."""
-    if proc.poll() is None:
+class _Tree:
+    """Every process one command started, whatever session or process group it moved to.
+
+    torchrun starts each worker in a session of its own, so signalling torchrun's process
+    group does not reach the workers, and a worker whose parent died is re-parented to PID 1
+    and is nobody's descendant any more. Environments are inherited, though: each command gets
+    a token of its own in ``GPUCOURSE_LAUNCH`` (added to any it inherited), so every process
+    whose environment holds the token is one the command started, wherever it now is.
+    """
+
+    def __init__(self, proc: subprocess.Popen):
+        import psutil
+
+        self.proc = proc
+        self.known: dict = {}
+        self.token = None
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=5)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+            root = psutil.Process(proc.pid)
+            self.known[proc.pid] = root
+            self.token = root.environ().get(_MARK, "").split()[-1]
+        except (psutil.Error, IndexError):  # gone already, or started without the token
             pass
+
+    def collect(self) -> None:
+        """Add the command's descendants and every process that carries its token."""
+        import psutil
+
+        for parent in list(self.known.values()):
+            try:
+                children = parent.children(recursive=True)
+            except psutil.Error:
+                continue
+            for child in children:
+                self.known.setdefault(child.pid, child)
+        if self.token is None:
+            return
+        for proc in psutil.process_iter():
+            if proc.pid in self.known or proc.pid == os.getpid():
+                continue
+            try:
+                if self.token in proc.environ().get(_MARK, "").split():
+                    self.known[proc.pid] = proc
+            except psutil.Error:  # another user's process, or gone
+                continue
+
+
+def _running(proc) -> bool:
+    import psutil
+
     try:
-        os.killpg(proc.pid, signal.SIGKILL)           # anything left in the group (workers)
-    except ProcessLookupError:
-        pass
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _signal(procs, sig) -> None:
+    import psutil
+
+    for proc in procs:
+        try:
+            proc.send_signal(sig)  # psutil checks that the PID still names the same process
+        except psutil.Error:
+            pass
+
+
+def _wait_gone(procs, seconds: float) -> list:
+    """Wait until every process has exited (a zombie counts as exited); return those still alive."""
+    end = time.monotonic() + seconds
+    alive = [p for p in procs if _running(p)]
+    while alive and time.monotonic() < end:
+        time.sleep(0.05)
+        alive = [p for p in alive if _running(p)]
+    return alive
+
+
+def _stop(trees: list, grace: float = GRACE_S) -> None:
+    """SIGTERM every process of every tree, SIGKILL whatever is alive after ``grace`` seconds."""
+    for tree in trees:
+        tree.collect()            # before any signal: a worker whose parent dies is re-parented
+    alive = [p for tree in trees for p in tree.known.values() if _running(p)]
+    _signal(alive, signal.SIGTERM)
+    _wait_gone(alive, grace)
+    for tree in trees:
+        tree.collect()            # anything started in the meantime (a launcher restarting a worker)
+    survivors = [p for tree in trees for p in tree.known.values() if _running(p)]
+    _signal(survivors, signal.SIGKILL)
+    stuck = _wait_gone(survivors, 5.0)
+    for tree in trees:
+        try:
+            tree.proc.wait(timeout=1)   # reap our own child: no zombie, and its exit code is known
+        except subprocess.TimeoutExpired:
+            pass
+    if stuck:
+        print(f"Warning: processes {sorted(p.pid for p in stuck)} did not exit even after SIGKILL (stuck "
+              "in the kernel, e.g. in a GPU driver call); check them with `ps` or `nvidia-smi`.")
+
+
+def kill_group(proc: subprocess.Popen, grace: float = GRACE_S) -> None:
+    """Stop ``proc`` and every process it started, in whichever session or group they are.
+
+    SIGTERM to all of them, then SIGKILL to whatever is still alive after ``grace`` seconds.
+    Every process whose environment carries the command's token (see ``_env``) is found, even
+    one whose parent died; the token is read from ``proc`` itself, so if ``proc`` may have
+    exited before this is called, call ``track(proc)`` right after starting it.
+    """
+    _stop([getattr(proc, "_gpucourse_tree", None) or _Tree(proc)], grace)
+
+
+def track(proc: subprocess.Popen) -> subprocess.Popen:
+    """Note the launch token of ``proc`` (started with ``env=_env(...)``) while it is surely alive,
+    for ``kill_group``; returns ``proc``."""
+    proc._gpucourse_tree = _Tree(proc)
+    return proc
 
 
 def launch_many(commands: list, timeout: float, env: dict | list | None = None, show: bool = True,
                 labels: list | None = None, retry: bool | object = True) -> list:
     """Start several commands at once (e.g. two "nodes"), wait for all, with one deadline.
 
-    Every command runs in a process group of its own; at the deadline, or if the caller is
-    interrupted, every group still alive is killed. Output is captured (stdout and stderr
+    Every command runs in a session of its own; when they have all finished, or at the deadline,
+    or if the caller is interrupted, every process they started is stopped (SIGTERM, then SIGKILL
+    after ``GRACE_S`` seconds), including workers in sessions of their own. Output is captured (stdout and stderr
     together) and printed when all have finished.
 
     Parameters
@@ -178,16 +284,18 @@ def first_error(output: str) -> str | None:
 
 
 def run_with_deadline(commands: list, env, deadline: float) -> list:
-    """Start every command in a session of its own, wait until ``deadline``, kill what is left."""
+    """Start every command in a session of its own, wait until ``deadline``, then stop every process
+    the commands started (see ``kill_group``): none is alive when this returns."""
     envs = env if isinstance(env, list) else [env] * len(commands)
     start = time.perf_counter()
-    procs, files, codes = [], [], []
+    procs, trees, files, codes = [], [], [], []
     try:
         for command, extra in zip(commands, envs):
             out = tempfile.TemporaryFile()          # the output, read back after the run
             files.append(out)
             procs.append(subprocess.Popen([str(c) for c in command], stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=_env(extra), start_new_session=True))
+            trees.append(_Tree(procs[-1]))   # now, while it surely runs: it holds the token
         codes = [None] * len(procs)
         while None in codes and time.perf_counter() < deadline:
             codes = [proc.poll() for proc in procs]
@@ -196,8 +304,7 @@ def run_with_deadline(commands: list, env, deadline: float) -> list:
                 break
             time.sleep(0.05)
     finally:
-        for proc in procs:
-            kill_group(proc)              # always: at the deadline, on an error, on an interrupt
+        _stop(trees)                      # always: at the deadline, on an error, on an interrupt
     seconds = time.perf_counter() - start
     runs = []
     for command, code, out in zip(commands, codes, files):

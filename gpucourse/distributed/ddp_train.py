@@ -30,6 +30,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from gpucourse.atomic import save_atomic
+
 
 def make_data(n_samples: int, n_features: int = 16, seed: int = 0) -> TensorDataset:
     """A synthetic binary classification set, the same in every process (same seed)."""
@@ -84,17 +86,6 @@ def writable_folder(folder: Path) -> Path:
         raise SystemExit(f"error: --out {folder} is not a folder this process can write to "
                          f"({exc.strerror}): choose another --out.") from None
     return folder
-
-
-def save_atomic(save, path: Path) -> None:
-    """Write to a temporary file next to ``path``, then rename it: a run stopped mid-write leaves the
-    previous file (or none), never half of one."""
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")   # same suffix: np.savez keeps it
-    try:
-        save(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def main(argv=None) -> None:
