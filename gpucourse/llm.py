@@ -123,6 +123,15 @@ def count_parameters(config) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def _download_errors() -> tuple:
+    """What a failed download or load raises: OSError covers the Hub's HTTP errors, offline mode and
+    missing files; httpx's errors are timeouts and refused connections; ValueError a corrupt file."""
+    import httpx
+    from huggingface_hub.errors import EntryNotFoundError
+
+    return (OSError, ValueError, RuntimeError, EntryNotFoundError, httpx.HTTPError)
+
+
 def download() -> str:
     """The local folder of REPO_ID at REVISION, fetched into the course's data cache if needed."""
     from huggingface_hub import snapshot_download
@@ -164,7 +173,7 @@ def load_model(*, device, dtype, layers: int | None = None):
             tokenizer = AutoTokenizer.from_pretrained(folder)
             return model, tokenizer, (f"{REPO_ID} at revision {REVISION[:7]} ({LICENCE}), pretrained weights"
                                       f"{cut}, {dtype} on {device}")
-        except (OSError, ValueError, RuntimeError) as exc:   # no network, a timeout, a missing or corrupt file
+        except _download_errors() as exc:   # no network, a timeout, a missing or corrupt file
             reason = f"the download failed: {type(exc).__name__}: {str(exc)[:200]}"
     settings.allow_stand_in(REPO_ID, reason)
     torch.manual_seed(0)

@@ -291,3 +291,17 @@ def test_tensor_bytes_counts_quantized_weights():
     layer = torch.nn.Sequential(torch.nn.Linear(64, 32))
     quantize_(layer, Int8WeightOnlyConfig())
     assert 64 * 32 <= llm.tensor_bytes(layer[0].weight) < 64 * 32 * 2     # int8 values and a scale per row
+
+
+def test_a_failed_download_falls_back_with_its_reason(monkeypatch):
+    import httpx
+
+    monkeypatch.delenv("GPUCOURSE_OFFLINE", raising=False)
+    monkeypatch.delenv("GPUCOURSE_REQUIRE_REAL_DATA", raising=False)
+
+    def no_network():
+        raise httpx.ConnectTimeout("timed out")
+
+    monkeypatch.setattr(llm, "download", no_network)
+    model, tokenizer, about = llm.load_model(device="cpu", dtype=torch.float32, layers=1)
+    assert tokenizer is None and "the download failed: ConnectTimeout: timed out" in about
