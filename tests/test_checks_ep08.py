@@ -305,3 +305,19 @@ def test_a_failed_download_falls_back_with_its_reason(monkeypatch):
     monkeypatch.setattr(llm, "download", no_network)
     model, tokenizer, about = llm.load_model(device="cpu", dtype=torch.float32, layers=1)
     assert tokenizer is None and "the download failed: ConnectTimeout: timed out" in about
+
+
+def test_gpu_table_comes_from_the_datasheet_figures():
+    gpus = llm.gpus()
+    assert gpus["T4"] == {"memory_bytes": 16 * 10**9, "bandwidth_gbs": 320}
+    assert gpus["H100 SXM"]["bandwidth_gbs"] == 3350
+
+
+def test_qlora_says_why_it_cannot_run(monkeypatch):
+    import importlib.util
+
+    assert "CUDA GPU" in llm.bitsandbytes_status(on_gpu=False)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a))
+    assert "pip install bitsandbytes" in llm.bitsandbytes_status(on_gpu=True)
