@@ -372,16 +372,18 @@ class Exercise:
     checker : callable
         ``checker(*answers)`` raises ``Wrong`` or ``NotDone`` with a message,
         or returns a short sentence to show with the ✓.
-    hint : str
-        Printed by ``hint()``.
+    hint : str or (str, str)
+        ``hint()`` prints the first step, a question that points the way; ``hint(2)`` the second, the
+        method. Neither gives the code. A single string is one step.
     solution : str
         Where the full answer is; printed by ``solution()``.
     """
 
-    def __init__(self, name: str, checker: Callable[..., str | None], hint: str, solution: str):
+    def __init__(self, name: str, checker: Callable[..., str | None], hint: str | tuple[str, ...],
+                 solution: str):
         self.name = name
         self._checker = checker
-        self._hint = hint
+        self.hints = (hint,) if isinstance(hint, str) else tuple(hint)
         self._solution = solution
 
     def outcome(self, *answers) -> tuple[str, str]:
@@ -428,9 +430,14 @@ class Exercise:
         print(f"{symbol} ({self.name})" + (f": {message}" if message else ""))
         _log(self.name, outcome)
 
-    def hint(self) -> None:
-        """Print a hint."""
-        print(f"Hint ({self.name}): {self._hint}")
+    def hint(self, step: int = 1) -> None:
+        """Print hint ``step``: 1 asks the guiding question, 2 gives the method."""
+        if not isinstance(step, int) or not 1 <= step <= len(self.hints):
+            steps = " or ".join(f"hint({n})" for n in range(1, len(self.hints) + 1))
+            print(f"{self.name} has {len(self.hints)} hint step(s): {steps}.")
+            return
+        more = f" (more: {self.name.split('.')[-1]}.hint({step + 1}))" if step < len(self.hints) else ""
+        print(f"Hint {step} ({self.name}): {self.hints[step - 1]}{more}")
 
     def solution(self) -> None:
         """Say where the worked solution is."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -82,7 +83,8 @@ class Monitor:
         self._wall0 = _dt.datetime.now()
         target = self._read_smi if self.gpu else self._sample_psutil
         if self.gpu:
-            self._proc = subprocess.Popen(self._smi_command(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            self._errors = tempfile.TemporaryFile(mode="w+")
+            self._proc = subprocess.Popen(self._smi_command(), stdout=subprocess.PIPE, stderr=self._errors,
                                           stdin=subprocess.DEVNULL, text=True, bufsize=1)
         self._thread = threading.Thread(target=target, daemon=True)
         self._thread.start()
@@ -101,6 +103,13 @@ class Monitor:
             self._thread.join(timeout=5)
         if self._proc is not None and self._proc.stdout:
             self._proc.stdout.close()
+        if self._proc is not None:
+            self._errors.seek(0)
+            errors = self._errors.read().strip()
+            self._errors.close()
+            if not self.times:
+                print(f"(nvidia-smi gave no samples: {errors.splitlines()[0] if errors else 'no output'}; "
+                      f"the command was: {' '.join(self._smi_command())})")
         return self
 
     def __enter__(self) -> "Monitor":

@@ -53,7 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--forget", default="",
                    help="on resuming, leave out these parts of the checkpoint, comma-separated: "
                         "optimizer, scheduler, rng, position (to see what each is for)")
-    p.add_argument("--quiet", action="store_true", help="no line per step")
+    p.add_argument("--quiet", action="store_true", help="print nothing (for runs inside a notebook)")
     p.add_argument("--slow-save", type=float, default=0.0,
                    help="(tests) pause this many seconds halfway through writing each checkpoint")
     args = p.parse_args(argv)
@@ -134,7 +134,23 @@ def _leave_out(ckpt: dict, parts, optimizer, scheduler) -> dict:
     return ckpt
 
 
+def train_step(model, optimizer, scaler, scheduler, loss_fn, xb, yb) -> float:
+    """One optimiser step, in mixed precision on a GPU (float16 with a GradScaler)."""
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(xb.device.type, dtype=torch.float16, enabled=scaler.is_enabled()):
+        loss = loss_fn(model(xb).squeeze(1), yb)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    scheduler.step()
+    return loss.item()
+
+
 def train(args, device: torch.device) -> None:
+    def say(text):
+        if not args.quiet:
+            print(text, flush=True)
+
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -147,8 +163,7 @@ def train(args, device: torch.device) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     steps_per_epoch = len(data) // args.batch
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch)
-    amp = device.type == "cuda"
-    scaler = torch.amp.GradScaler(device.type, enabled=amp)
+    scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
     loss_fn = nn.BCEWithLogitsLoss()
 
     path = args.out / "checkpoint.pt"
@@ -156,39 +171,30 @@ def train(args, device: torch.device) -> None:
     if path.exists():                    # resume: the last complete checkpoint
         ckpt = _leave_out(checkpoint.load(path, device), args.forget, optimizer, scheduler)
         epoch, step = checkpoint.restore(ckpt, model, optimizer, scaler, scheduler)
-        print(f"resumed from {path.name}: epoch {epoch}, step {step} of {steps_per_epoch}", flush=True)
+        say(f"resumed from {path.name}: epoch {epoch}, step {step} of {steps_per_epoch}")
     else:
-        print(f"starting: {args.epochs} epochs of {steps_per_epoch} steps on {device}", flush=True)
+        say(f"starting: {args.epochs} epochs of {steps_per_epoch} steps on {device}")
     model.train()
     while epoch < args.epochs:
         sampler.set_epoch(epoch, start=step * args.batch)     # skip what this epoch already trained on
         checkpoint.loader_generator(generator, args.seed, epoch)
         for xb, yb in loader:
-            xb, yb = xb.to(device), yb.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
-                loss = loss_fn(model(xb).squeeze(1), yb)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
+            loss = train_step(model, optimizer, scaler, scheduler, loss_fn, xb.to(device), yb.to(device))
             step += 1
             done = epoch * steps_per_epoch + step
-            if not args.quiet:
-                print(f"step {done} loss {loss.item():.5f}", flush=True)
-            if done == args.stop_after:
+            say(f"step {done} loss {loss:.5f}")
+            stopping = done == args.stop_after or bool(_stop)
+            if done % args.every == 0 or stopping:
                 _save(checkpoint.capture(model, optimizer, scaler, scheduler, epoch, step), path, args.slow_save)
-                print(f"stopped after step {done}, checkpoint saved", flush=True)
+            if stopping:
+                say(f"stopped after step {done}, checkpoint saved" + (f" (signal {_stop[0]})" if _stop else ""))
+                if _stop:
+                    sys.exit(128 + _stop[0])   # as a killed process would, so that a job script can tell
                 return
-            if done % args.every == 0 or _stop:
-                _save(checkpoint.capture(model, optimizer, scaler, scheduler, epoch, step), path, args.slow_save)
-            if _stop:
-                print(f"signal {_stop[0]}: checkpoint saved after step {done}; stopping", flush=True)
-                sys.exit(128 + _stop[0])
         epoch, step = epoch + 1, 0
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     save_atomic(lambda tmp: torch.save(weights, tmp), args.out / "final.pt")
-    print(f"finished: weights in {args.out / 'final.pt'}", flush=True)
+    say(f"finished: weights in {args.out / 'final.pt'}")
 
 
 if __name__ == "__main__":

@@ -380,7 +380,7 @@ def test_every_exercise_has_hint_and_solution(capsys):
         q.hint()
         q.solution()
     out = capsys.readouterr().out
-    assert out.count("Hint (ep01.") == 4
+    assert out.count("Hint 1 (ep01.") == 4
     assert out.count("solutions/01-what-is-a-gpu.ipynb") == 4
 
 

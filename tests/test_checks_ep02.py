@@ -418,5 +418,5 @@ def test_every_exercise_has_hint_and_solution(capsys):
         q.hint()
         q.solution()
     out = capsys.readouterr().out
-    assert out.count("Hint (ep02.") == 4
+    assert out.count("Hint 1 (ep02.") == 4
     assert out.count("solutions/02-finding-your-gpu.ipynb") == 4

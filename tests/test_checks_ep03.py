@@ -576,5 +576,5 @@ def test_every_exercise_has_hint_and_solution(capsys):
         q.hint()
         q.solution()
     out = capsys.readouterr().out
-    assert out.count("Hint (ep03.") == 5 and out.count("solutions/03-pytorch-classifier.ipynb") == 5
+    assert out.count("Hint 1 (ep03.") == 5 and out.count("solutions/03-pytorch-classifier.ipynb") == 5
 

@@ -509,7 +509,7 @@ def test_every_exercise_has_a_hint(capsys):
         q.hint()
         q.solution()
     out = capsys.readouterr().out
-    assert out.count("Hint (ep04.q") == 4 and "solutions/04-keras-cnn.ipynb" in out
+    assert out.count("Hint 1 (ep04.q") == 4 and "solutions/04-keras-cnn.ipynb" in out
 
 
 # ---------------------------------------------------------------- the conditions that matter

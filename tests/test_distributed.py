@@ -353,6 +353,26 @@ def test_a_checkpoint_writer_killed_mid_save_leaves_no_temporary_after_the_next_
             w.wait(timeout=30)
 
 
+def test_temporaries_left_by_dead_writers_are_removed_and_a_living_writers_kept(tmp_path):
+    import subprocess
+
+    from gpucourse.atomic import save_atomic
+
+    dead = subprocess.Popen(["true"])   # a PID whose process has exited
+    dead.wait()
+    target = tmp_path / "weights.npz"
+    names = {"dead": f"weights.npz.{dead.pid}-0a1b.part.npz",
+             "dead, named as before gpucourse.atomic": f".weights.{dead.pid}.tmp.npz",
+             "living (this process)": f"weights.npz.{os.getpid()}-0a1b.part.npz",
+             "another file's": f"other.npz.{dead.pid}-0a1b.part.npz"}
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"half")
+    save_atomic(lambda f: f.write_bytes(b"whole"), target)
+    left = {what for what, name in names.items() if (tmp_path / name).exists()}
+    assert left == {"living (this process)", "another file's"}, left
+    assert target.read_bytes() == b"whole"
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--global-batch", "0"], "at least 1"),
     (["--samples", "100", "--global-batch", "128"], "less than one global batch"),

@@ -51,6 +51,18 @@ def test_hint_and_solution(capsys):
     assert "6×7" in out and "solutions/demo" in out
 
 
+def test_hints_come_in_steps(capsys):
+    ex = Exercise("demo.q3", lambda x: None, hint=("What is asked?", "Work it out in two lines."), solution="")
+    ex.hint()
+    first = capsys.readouterr().out
+    assert "What is asked?" in first and "Work it out" not in first and "q3.hint(2)" in first
+    ex.hint(2)
+    second = capsys.readouterr().out
+    assert "Work it out in two lines." in second and "What is asked?" not in second and "more:" not in second
+    ex.hint(3)
+    assert "2 hint step(s): hint(1) or hint(2)" in capsys.readouterr().out
+
+
 def test_blank_placeholder_misuse_is_not_done():
     for misuse in (lambda: ____(), lambda: ____.shape):
         try:

@@ -64,3 +64,15 @@ def test_without_nvidia_smi_the_cpu_is_sampled(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
     mon = monitor.Monitor(torch.device("cuda", 0), interval_s=0.05)
     assert not mon.gpu and "nvidia-smi was not found" in capsys.readouterr().out
+
+
+def test_a_failing_nvidia_smi_is_explained(tmp_path, monkeypatch, capsys):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'No devices were found' >&2\nexit 6\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    with monitor.Monitor(torch.device("cuda", 0), interval_s=0.05) as mon:
+        time.sleep(0.3)
+    assert mon.times == [] and mon.util == []
+    out = capsys.readouterr().out
+    assert "nvidia-smi gave no samples: No devices were found" in out and "--query-gpu" in out

@@ -1,4 +1,5 @@
 """The exercise generator and the repository-URL sync."""
+import os
 import subprocess
 import sys
 
@@ -154,8 +155,9 @@ def test_check_python_runs_on_this_python():
 
 
 def test_make_lab_opens_the_course_in_jupyterlab():
-    done = subprocess.run(["make", "-n", "lab", "-o", ".venv/.installed-stamp", "LAB_ARGS=--no-browser"],
-                          cwd=ROOT, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # as if typed
+    done = subprocess.run(["make", "--no-print-directory", "-n", "lab", "-o", ".venv/.installed-stamp",
+                           "LAB_ARGS=--no-browser"], cwd=ROOT, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (f'.venv/bin/jupyter-lab --ServerApp.root_dir="{ROOT}" --no-browser '
                                    "episodes/01-what-is-a-gpu.ipynb")

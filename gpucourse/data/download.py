@@ -262,8 +262,8 @@ def _stream(url: str, out, *, deadline: _Deadline, progress: bool, name: str) ->
         announced = int(announced) if announced and announced.isdigit() else None
         bar = _bar(announced, name) if progress else None
         try:
-            while True:
-                block = response.raw.read1(CHUNK)  # returns as soon as any bytes arrive
+            while not deadline.expired:  # the watchdog also stops the read itself; this is in case
+                block = response.raw.read1(CHUNK)  # its socket was never seen (a SOCKS proxy)
                 if not block:
                     break
                 out.write(block)
