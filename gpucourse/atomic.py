@@ -76,7 +76,7 @@ def remove_stale_temporaries(path: Path, *, locked: bool = False) -> list[Path]:
     """
     path = Path(path)
     ours = re.compile(rf"{re.escape(path.name)}\.(\d+)-[0-9a-f]+\.part{re.escape(path.suffix)}")
-    # before this module: ".<stem>.<pid>.tmp<suffix>" (episode 7's checkpoints)
+    # before this module: ".<stem>.<pid>.tmp<suffix>" (episode 9's checkpoints)
     legacy = re.compile(rf"\.{re.escape(path.stem)}\.(\d+)\.tmp{re.escape(path.suffix)}")
     removed = []
 

@@ -1,4 +1,4 @@
-"""Checkpoints that let a training run continue exactly where it stopped (episode 9).
+"""Checkpoints that let a training run continue exactly where it stopped (episode 11).
 
 A run continues *exactly* (the same weights, bit for bit, as a run that never stopped)
 only if the checkpoint holds everything the next step depends on:

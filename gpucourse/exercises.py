@@ -159,7 +159,7 @@ def _unfinished(value, depth: int = 0) -> bool:
 
 #: Seconds a learner's function may run before the check stops it. Measured: the longest single
 #: call of a right answer in the whole check suite takes about 1 s on a 2-core CPU machine (the
-#: capstone of episode 6); a machine busy with other work slows that several times. 60 s leaves a
+#: capstone of episode 7); a machine busy with other work slows that several times. 60 s leaves a
 #: wide margin and still tells a learner quickly that their loop never ends.
 DEADLINE_S = 60.0
 

@@ -1,4 +1,4 @@
-"""A small language model for episode 8: real from the Hugging Face Hub, or its architecture offline.
+"""A small language model for episode 10: real from the Hugging Face Hub, or its architecture offline.
 
 The real model is SmolLM2-135M (``HuggingFaceTB/SmolLM2-135M``, Apache-2.0; Allal et al. 2025,
 https://arxiv.org/abs/2502.02737), downloaded at one pinned revision into the course's data cache.
@@ -97,7 +97,7 @@ def import_libraries() -> dict:
         import transformers
 
         transformers.logging.set_verbosity_error()
-    # torchao 0.13 and later warn that the configs episode 8 uses are "version 1"; version 2 does not exist in
+    # torchao 0.13 and later warn that the configs episode 10 uses are "version 1"; version 2 does not exist in
     # Colab's torchao 0.10, so the course keeps version 1 and hides that deprecation notice (only that one).
     warnings.filterwarnings("ignore", message=r"(Config )?Deprecation", category=UserWarning, module=r"torchao\.")
     return {"transformers": transformers.__version__, "peft": peft.__version__, "torchao": torchao.__version__}

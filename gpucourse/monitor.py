@@ -1,4 +1,4 @@
-"""Watch a device work: sample utilisation and memory in the background (episode 9).
+"""Watch a device work: sample utilisation and memory in the background (episode 11).
 
 On a GPU, ``nvidia-smi`` samples them itself in a loop::
 

@@ -1,4 +1,4 @@
-"""Small helpers for episode 6, "Faster training".
+"""Small helpers for episode 7, "Faster training".
 
 ``SlowShards`` is a data set whose items are whole batches that take a set time to "read"
 (a stand-in for reading and decoding files). It lives in this module, not in the notebook,

@@ -145,7 +145,7 @@ def records() -> list[dict]:
 def gpu_figure(record: dict, name: str) -> dict | None:
     """Figure ``name`` of ``record`` if it was measured on a GPU, else None.
 
-    A GPU machine's record can hold figures its notebooks measured on the CPU (episode 7
+    A GPU machine's record can hold figures its notebooks measured on the CPU (episode 9
     on a single-GPU machine runs CPU processes); those were recorded with ``device`` None
     and are never a GPU reference.
     """

@@ -1,4 +1,4 @@
-"""Start :mod:`gpucourse.survive_train` in a child process, and kill or signal it mid-run (episode 9).
+"""Start :mod:`gpucourse.survive_train` in a child process, and kill or signal it mid-run (episode 11).
 
 ``run`` starts the script in a process group of its own, reads its ``step N`` lines as they
 come, and, once step ``kill_at`` is reported, sends ``sig`` (SIGKILL by default: no handler,

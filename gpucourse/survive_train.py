@@ -1,4 +1,4 @@
-"""A training run that can be killed at any moment and resumed exactly (episode 9).
+"""A training run that can be killed at any moment and resumed exactly (episode 11).
 
 Run it as a script, as one would on a cluster::
 

@@ -1,4 +1,4 @@
-"""The episode 7 launcher and training scripts: deadlines, clean-up, identical replicas."""
+"""The episode 9 launcher and training scripts: deadlines, clean-up, identical replicas."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ except ValueError as exc:
 
 
 def test_keras_fit_still_fails_under_multiworker_mirrored_strategy(tmp_path):
-    """Episode 7 says Keras 3's fit fails here (keras-team/keras#20585); this notices when Keras fixes it."""
+    """Episode 9 says Keras 3's fit fails here (keras-team/keras#20585); this notices when Keras fixes it."""
     import json
 
     import keras
@@ -170,7 +170,7 @@ def test_keras_fit_still_fails_under_multiworker_mirrored_strategy(tmp_path):
     assert all(r.ok for r in runs), [r.output[-2000:] for r in runs]
     if any("FIT RAN" in r.output for r in runs):
         pytest.fail(f"model.fit ran under MultiWorkerMirroredStrategy with Keras {keras.__version__}: "
-                    "update episode 7's text (section 5) and tf_multiworker.py's docstring")
+                    "update episode 9's text (section 5) and tf_multiworker.py's docstring")
     assert all("VALUEERROR True" in r.output for r in runs), [r.output[-2000:] for r in runs]
 
 

@@ -162,7 +162,7 @@ def _texts():
 
 
 def test_cross_episode_references_resolve():
-    """"see episode 6" must point at an episode that exists."""
+    """"see episode 7" must point at an episode that exists."""
     existing = {int(p.name[:2]) for p in EPISODES}
     dangling = []
     for name, text in _texts():

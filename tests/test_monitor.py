@@ -1,4 +1,4 @@
-"""Episode 9's monitor: psutil on the CPU, nvidia-smi (a fake one here) on a GPU."""
+"""Episode 11's monitor: psutil on the CPU, nvidia-smi (a fake one here) on a GPU."""
 
 from __future__ import annotations
 

@@ -73,19 +73,19 @@ def test_without_a_gpu_the_reference_is_shown_or_its_absence_said(no_records, ca
 
 def test_a_cpu_figure_in_a_gpu_record_is_never_a_gpu_reference(no_records, capsys):
     """A GPU machine's record may hold a figure its notebook measured on CPU processes (device None)."""
-    record = a_record(gpu_name="Tesla T4", **{"ep07.ddp_speedup": 0.2, "ep01.matmul_fp16_tflops": 20.0})
-    record["figures"]["ep07.ddp_speedup"]["device"] = None
+    record = a_record(gpu_name="Tesla T4", **{"ep09.ddp_speedup": 0.2, "ep01.matmul_fp16_tflops": 20.0})
+    record["figures"]["ep09.ddp_speedup"]["device"] = None
     record["figures"]["ep01.matmul_fp16_tflops"].pop("device")
     (no_records / "t4.json").write_text(json.dumps(record))
-    assert reference.gpu_reference("ep07.ddp_speedup") is None
+    assert reference.gpu_reference("ep09.ddp_speedup") is None
     assert reference.gpu_reference("ep01.matmul_fp16_tflops") is None      # no device recorded: not a GPU figure
-    reference.show("ep07.ddp_speedup", unit="×")
+    reference.show("ep09.ddp_speedup", unit="×")
     out = capsys.readouterr().out
     assert "none measured yet" in out and "Tesla T4" not in out
     assert reference.band("ep01.matmul_fp16_tflops", "Tesla T4").kind == "derived"   # not a measured band
-    record["figures"]["ep07.ddp_speedup"]["device"] = "Tesla T4"
+    record["figures"]["ep09.ddp_speedup"]["device"] = "Tesla T4"
     (no_records / "t4.json").write_text(json.dumps(record))
-    assert reference.gpu_reference("ep07.ddp_speedup")[1] == 0.2
+    assert reference.gpu_reference("ep09.ddp_speedup")[1] == 0.2
 
 
 def test_with_a_gpu_the_band_verdict_is_printed(no_records, capsys):

@@ -1,4 +1,4 @@
-"""Episode 9's helpers: exact resumes after SIGKILL, saves killed mid-write, signals, deadlines."""
+"""Episode 11's helpers: exact resumes after SIGKILL, saves killed mid-write, signals, deadlines."""
 
 from __future__ import annotations
 
@@ -130,21 +130,21 @@ def test_epoch_sampler_reshuffles_each_epoch_and_starts_mid_epoch():
 
 
 def test_where_to_keep(tmp_path, monkeypatch, capsys):
-    chosen = checkpoint.where_to_keep("ep09", chosen=tmp_path / "mine")
+    chosen = checkpoint.where_to_keep("ep11", chosen=tmp_path / "mine")
     assert chosen == tmp_path / "mine" and chosen.is_dir()
     monkeypatch.setattr(checkpoint, "KAGGLE", tmp_path / "no-kaggle")
     monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
-    default = checkpoint.where_to_keep("ep09")
+    default = checkpoint.where_to_keep("ep11")
     assert str(default).startswith(os.environ["GPUCOURSE_DATA"])      # the course's cache, nowhere else
     # Colab without Drive: the cache, and a clear message; with Drive mounted: Drive
     monkeypatch.setitem(sys.modules, "google.colab", object())
     monkeypatch.setattr(checkpoint, "DRIVE", tmp_path / "drive" / "MyDrive")
     capsys.readouterr()
-    local = checkpoint.where_to_keep("ep09")
+    local = checkpoint.where_to_keep("ep11")
     assert str(local).startswith(os.environ["GPUCOURSE_DATA"]) and "WIPED" in capsys.readouterr().out
     (tmp_path / "drive" / "MyDrive").mkdir(parents=True)
-    assert checkpoint.where_to_keep("ep09") == tmp_path / "drive" / "MyDrive" / "gpucourse-checkpoints" / "ep09"
+    assert checkpoint.where_to_keep("ep11") == tmp_path / "drive" / "MyDrive" / "gpucourse-checkpoints" / "ep11"
     monkeypatch.delitem(sys.modules, "google.colab")
     monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
     monkeypatch.setattr(checkpoint, "KAGGLE", tmp_path / "kaggle" / "working")
-    assert checkpoint.where_to_keep("ep09") == tmp_path / "kaggle" / "working" / "checkpoints" / "ep09"
+    assert checkpoint.where_to_keep("ep11") == tmp_path / "kaggle" / "working" / "checkpoints" / "ep11"

@@ -1,452 +1,572 @@
-"""Checks for episode 9, "Training runs that survive".
+"""Checks for episode 9, "More than one GPU".
 
-``q1`` capture and restore everything an exact resume needs · ``q2`` an atomic checkpoint save ·
-``q3`` how often to checkpoint (Young's formula) · ``q4`` read a utilisation trace: input-bound?
+``q1`` the scaled learning rate with warm-up · ``q2`` shard a data set by rank · ``q3`` ring
+all-reduce time per step · ``q4`` fix a training loop that deadlocks on uneven shards.
 
-``q1`` interrupts training runs of its own (dropout, NumPy noise, Python coin flips, a shuffle per
-epoch, Adam or SGD with momentum, a learning-rate schedule) at several steps, passes the learner's
-checkpoint through bytes as a file would, restores it into fresh objects, finishes the run and
-compares the weights bit for bit with a run that was never stopped; it names the part that was
-not restored. ``q2`` calls the learner's save in a forked child process and kills it with SIGKILL
-while it is writing, then loads what is on disk. ``q3`` and ``q4`` recompute the answer on
-fixtures of their own.
+Every check calls the learner's function on fixtures of its own, several of them, and
+recomputes the right result. ``q2`` also computes the shards in two fresh Python processes, as
+torchrun's ranks are, so that a shuffle seeded by per-process state cannot pass. ``q4`` runs the
+learner's loop on simulated ranks (threads) whose ``all_reduce`` knows which ranks are still
+computing: a rank that is only late is waited for, a deadlock (no rank can move on) becomes a
+message at once, and a loop that never ends is stopped at the shared deadline.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import math
-import os
-import random
-import signal
-import tempfile
+import numbers
+import threading
 import time
-import warnings
-from pathlib import Path
 
 import numpy as np
-import torch
-from torch import nn
 
-from ..exercises import Exercise, NotDone, Wrong, as_number, describe, require_function, solution_link
+from .. import exercises as _exercises
+from ..exercises import (Exercise, NotDone, Wrong, as_number, changes, deadline_message,
+                         interrupt_thread, require_answer, require_function, snapshot, solution_link)
 from ..exercises import call_answer as _call
 
-NOTEBOOK = "09-runs-that-survive.ipynb"
+NOTEBOOK = "09-more-than-one-gpu.ipynb"
 
 
-# --- q1: what a checkpoint must hold --------------------------------------------------------
 
-_Q1_FIXTURES = [  # (optimizer, scheduler, epochs, steps per epoch, interrupt after global step)
-    ("adam", "step", 3, 6, 8),
-    ("sgd", "cosine", 3, 5, 10),      # at the end of an epoch
-    ("adam", "cosine", 2, 7, 3),
-]
+# --- q1: global batch, learning rate and warm-up ----------------------------------------------
 
-
-def _q1_objects(opt_kind: str, sched_kind: str, total_steps: int):
-    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
-    if opt_kind == "adam":
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=5e-2, momentum=0.9)
-    if sched_kind == "step":
-        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
-    else:
-        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
-    return model, optimizer, scheduler
+# (per_replica, replicas, base_lr, base_batch, warmup_steps)
+_Q1_CASES = [(64, 8, 0.1, 256, 100), (32, 2, 0.05, 32, 10), (128, 4, 0.2, 64, 40), (100, 3, 0.01, 100, 6),
+             (256, 1, 0.1, 256, 8),
+             # global batches that base_batch does not divide, and an odd warm-up: integer division shows
+             (96, 4, 0.1, 256, 10), (100, 3, 0.03, 128, 7)]
 
 
-def _q1_run(fixture, *, stop_after=None, resume=None, capture=None, restore=None):
-    """One run of a fixture; returns the checkpoint bytes (stopped) or the final weights."""
-    opt_kind, sched_kind, epochs, per_epoch, _ = fixture
-    batch = 8
-    data_gen = torch.Generator().manual_seed(7)
-    X = torch.randn(per_epoch * batch, 6, generator=data_gen)
-    y = X[:, :2].sum(1, keepdim=True)
-    random.seed(1)                       # what a fresh process does first
-    np.random.seed(1)
-    torch.manual_seed(1)
-    model, optimizer, scheduler = _q1_objects(opt_kind, sched_kind, epochs * per_epoch)
-    model.train()
-    epoch, step = 0, 0
-    report = {}
-    if resume is not None:
-        ckpt = torch.load(io.BytesIO(resume), weights_only=False)
-        where = _call(restore, ckpt, model, optimizer, scheduler, what="restore(ckpt, model, optimizer, scheduler)",
-                      none_ok=True)
-        report = {"returned": where, "model": _flat(model.state_dict()),
-                  "optimizer": _flat(optimizer.state_dict()["state"]), "scheduler": scheduler.state_dict(),
-                  "torch": torch.get_rng_state(), "numpy": np.random.get_state()[1].copy(),
-                  "python": random.getstate()}
-        epoch, step = _position(where)
-    while epoch < epochs:
-        order = torch.randperm(per_epoch * batch, generator=torch.Generator().manual_seed(100 + epoch))
-        while step < per_epoch:
-            idx = order[step * batch:(step + 1) * batch]
-            xb = X[idx] + torch.from_numpy(np.random.normal(0, 0.05, (batch, 6))).float()   # NumPy's generator
-            if random.random() < 0.5:                                                     # Python's
-                xb = -xb
-            loss = ((model(xb) - y[idx]) ** 2).mean()                                     # dropout: torch's
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            step += 1
-            if stop_after is not None and epoch * per_epoch + step == stop_after:
-                state = {"model": _flat(model.state_dict()), "optimizer": _flat(optimizer.state_dict()["state"]),
-                         "scheduler": scheduler.state_dict(), "torch": torch.get_rng_state(),
-                         "numpy": np.random.get_state()[1].copy(), "python": random.getstate(),
-                         "position": (epoch, step)}
-                ckpt = _call(capture, model, optimizer, scheduler, epoch, step,
-                             what=f"capture(model, optimizer, scheduler, {epoch}, {step})")
-                if not isinstance(ckpt, dict):
-                    raise Wrong(f"capture(...) should return a dict (what torch.save writes); got {describe(ckpt)}.")
-                buffer = io.BytesIO()
-                try:
-                    torch.save(ckpt, buffer)                   # as a file would: no live objects survive
-                except Exception as exc:
-                    raise Wrong(f"torch.save could not write what capture returned ({type(exc).__name__}: "
-                                f"{exc}). Keep tensors, numbers, lists, tuples and dicts in it.") from None
-                return buffer.getvalue(), state
-        epoch, step = epoch + 1, 0
-    return _flat(model.state_dict()), report
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
 
 
-def _flat(tree) -> list:
-    """Every tensor in a (nested) state dict, in order, as float64 copies."""
-    out = []
-    if isinstance(tree, dict):
-        for key in sorted(tree, key=str):
-            out += _flat(tree[key])
-    elif isinstance(tree, (list, tuple)):
-        for v in tree:
-            out += _flat(v)
-    elif isinstance(tree, torch.Tensor):
-        out.append(tree.detach().clone())
-    return out
+def _check_scaling(fn):
+    require_function(fn, "lr_at")
+    for per_replica, replicas, base_lr, base_batch, warmup in _Q1_CASES:
+        peak = base_lr * per_replica * replicas / base_batch
+
+        def want(step):
+            return base_lr + (peak - base_lr) * min(step, warmup) / warmup
+
+        def got(step):
+            what = f"lr_at({step}, {warmup}, {per_replica}, {replicas}, {base_lr}, {base_batch})"
+            return what, as_number(what, _call(fn, step, warmup, per_replica, replicas, base_lr, base_batch,
+                                                what=what))
+
+        what, lr = got(2 * warmup)                      # after the warm-up: the scaled rate
+        if not _close(lr, peak):
+            _diagnose_peak(what, lr, peak, per_replica, replicas, base_lr, base_batch)
+        what, lr = got(0)
+        if not _close(lr, base_lr):
+            if _close(lr, 0.0):
+                raise Wrong(f"{what} is 0: your warm-up starts at 0. Goyal et al.'s starts at base_lr, the "
+                            "rate known to work for one GPU, and rises from there to the scaled rate (§2.2).")
+            if _close(lr, peak):
+                raise Wrong(f"{what} is {lr:g}, already the scaled rate: there is no warm-up. At step 0 the "
+                            "rate is base_lr; it reaches the scaled rate at warmup_steps.")
+            raise Wrong(f"{what} is {lr:.4g}; at step 0 the rate should be base_lr = {base_lr:g}.")
+        what, lr = got(warmup)
+        if not _close(lr, peak):
+            raise Wrong(f"{what} is {lr:.4g}; at the end of the warm-up the rate should have reached the "
+                        f"scaled rate, {peak:.4g}.")
+        for step in (warmup // 2, warmup // 2 + 1):
+            what, lr = got(step)
+            if _close(lr, want(step)):
+                continue
+            if _close(lr, base_lr) and peak != base_lr:
+                raise Wrong(f"{what} is still base_lr {base_lr:g} halfway through the warm-up: the rate "
+                            "should rise in a straight line from base_lr to the scaled rate, step by step, "
+                            "not jump at the end (step // warmup_steps is 0 until the end: use /).")
+            if _close(lr, base_lr + (peak - base_lr) * (step * 2 // warmup) / 2) and warmup % 2:
+                raise Wrong(f"{what} is {lr:.4g}, expected {want(step):.4g}: integer division (//) somewhere in "
+                            f"the warm-up, visible when warmup_steps = {warmup} is odd. Use /.")
+            if _close(lr, peak * min(step, warmup) / warmup):
+                raise Wrong(f"{what} is {lr:.4g}: a ramp from 0. The warm-up ramps from base_lr, not from 0.")
+            raise Wrong(f"{what} is {lr:.4g}, expected {want(step):.4g}: a straight line from base_lr at "
+                        f"step 0 to the scaled rate at step {warmup}.")
+        what, lr = got(warmup + 1)
+        if not _close(lr, peak):
+            raise Wrong(f"{what} is {lr:.4g}: after the warm-up the rate stays at the scaled rate "
+                        f"{peak:.4g}.")
+    return ("global batch = per-replica batch × replicas; the linear scaling rule keeps the update per "
+            "sample the same, and the warm-up lets the model settle before the rate is that large "
+            "(Goyal et al. 2017, §2.2).")
 
 
-def _same(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
+def _diagnose_peak(what, lr, peak, per_replica, replicas, base_lr, base_batch):
+    """Name the mistake behind a wrong learning rate after the warm-up."""
+    global_batch = per_replica * replicas
+    floored = [v for v in (base_lr * (global_batch // base_batch), (base_lr * global_batch) // base_batch)
+               if not _close(v, peak)]
+    if any(_close(lr, v) for v in floored):
+        raise Wrong(f"{what} is {lr:g}: integer division. {global_batch} // {base_batch} rounds the ratio "
+                    f"{global_batch}/{base_batch} = {global_batch / base_batch:g} down; use / for the scaled rate, "
+                    f"base_lr × global_batch / base_batch = {peak:.4g}.")
+    if _close(lr, base_lr):
+        raise Wrong(f"{what} is {lr:g}, the base learning rate: after the warm-up the rate should have "
+                    "ramped to the scaled rate, base_lr × global_batch / base_batch, not to base_lr.")
+    if _close(lr, base_lr * replicas):
+        raise Wrong(f"{what} is {lr:g} = base_lr × replicas, which is right only when the per-replica batch "
+                    "equals base_batch. Scale by global_batch / base_batch.")
+    if _close(lr, base_lr * math.sqrt(global_batch / base_batch)):
+        raise Wrong(f"{what} is {lr:g}: square-root scaling (a rule some use with Adam); this exercise asks "
+                    "for the linear scaling rule of Goyal et al. for SGD.")
+    if _close(lr, base_lr * base_batch / global_batch):
+        raise Wrong(f"{what} is {lr:g}: the ratio is upside down. A larger batch gets a larger learning "
+                    "rate: base_lr × global_batch / base_batch.")
+    if _close(lr, base_lr * per_replica / base_batch):
+        raise Wrong(f"{what} is {lr:g}: it scales with one replica's batch. One optimiser step uses "
+                    f"{per_replica} × {replicas} samples: scale with the global batch.")
+    if _close(lr, base_lr * per_replica / replicas / base_batch):
+        raise Wrong(f"{what} is {lr:g}: you divided by the number of replicas; the per-replica batch is "
+                    "already a share, the global batch is their total.")
+    if lr > peak * (1 + 1e-6) and _close(lr, base_lr + (peak - base_lr) * 2):
+        raise Wrong(f"{what} is {lr:.4g}: the rate kept rising after the warm-up. After warmup_steps it "
+                    "stays at the scaled rate.")
+    raise Wrong(f"{what} is {lr:.4g}; after the warm-up it should be base_lr × global_batch / base_batch = "
+                f"{peak:.4g}.")
 
 
-def _position(where):
-    if where is None:
-        raise Wrong("restore(...) returned None: return (epoch, step), where to continue, so that the "
-                    "loop skips what it already trained on.")
-    if not isinstance(where, (tuple, list)) or len(where) != 2:
-        raise Wrong(f"restore(...) should return the pair (epoch, step); got {describe(where)}.")
-    epoch, step = (as_number("the epoch restore returns", where[0]), as_number("the step restore returns", where[1]))
-    if epoch != int(epoch) or step != int(step):
-        raise Wrong(f"restore(...) returned ({epoch:g}, {step:g}); the epoch and step are whole numbers.")
-    return int(epoch), int(step)
-
-
-def _q1_diagnose(fixture, state, report):
-    """Name the first part of the state that restore did not bring back."""
-    _, _, _, per_epoch, stop = fixture
-    epoch, step = state["position"]
-    got = _position(report["returned"])
-    if got != (epoch, step):
-        if got == (epoch, 0):
-            raise Wrong(f"after {stop} steps restore returned {got}: the run would start epoch {epoch} again from "
-                        f"its first batch and train twice on what it already saw. Save the step within the "
-                        f"epoch too: ({epoch}, {step}).")
-        if got == (0, stop):
-            raise Wrong(f"restore returned {got}: that is the step counted from the start of training with the "
-                        f"epoch lost. Keep the epoch and the step within it: ({epoch}, {step}).")
-        if got == (epoch + 1, 0) and step != per_epoch:
-            raise Wrong(f"restore returned {got}, skipping the rest of epoch {epoch}; it should be "
-                        f"({epoch}, {step}).")
-        raise Wrong(f"after {stop} steps (epoch {epoch}, step {step} of it) restore returned {got}, "
-                    f"not ({epoch}, {step}).")
-    if not _same(report["model"], state["model"]):
-        raise Wrong("after restore the model's weights are not the ones saved: keep model.state_dict() and "
-                    "load it with model.load_state_dict().")
-    if not _same(report["optimizer"], state["optimizer"]):
-        raise Wrong("after restore the optimizer starts from scratch: its state (SGD's momentum buffers, "
-                    "Adam's moment estimates and step counts) was not saved or not loaded. Keep "
-                    "optimizer.state_dict() and load it with optimizer.load_state_dict().")
-    if report["scheduler"] != state["scheduler"]:
-        raise Wrong(f"after restore the learning-rate scheduler is at step {report['scheduler'].get('last_epoch')}, "
-                    f"not {state['scheduler'].get('last_epoch')}: the rate would start its schedule again. Keep "
-                    "scheduler.state_dict() and load it.")
-    if not torch.equal(report["torch"], state["torch"]):
-        raise Wrong("after restore torch's random generator is not where it was: the next dropout masks differ. "
-                    "Keep torch.get_rng_state() and put it back with torch.set_rng_state() — last, after "
-                    "anything that draws random numbers (with a GPU: torch.cuda.get_rng_state_all() as well).")
-    if not np.array_equal(report["numpy"], state["numpy"]):
-        raise Wrong("after restore NumPy's global generator is not where it was: the noise added to the next "
-                    "batch differs. Keep np.random.get_state() and put it back with np.random.set_state().")
-    if report["python"] != state["python"]:
-        raise Wrong("after restore Python's random module is not where it was: the next coin flips differ. "
-                    "Keep random.getstate() and put it back with random.setstate().")
-
-
-def _check_resume(capture, restore):
-    require_function(capture, "capture")
-    require_function(restore, "restore")
-    for fixture in _Q1_FIXTURES:
-        straight, _ = _q1_run(fixture)
-        saved, state = _q1_run(fixture, stop_after=fixture[-1], capture=capture, restore=restore)
-        resumed, report = _q1_run(fixture, resume=saved, capture=capture, restore=restore)
-        _q1_diagnose(fixture, state, report)
-        if not _same(resumed, straight):
-            raise Wrong(f"with {fixture[0]} and a {fixture[1]} schedule, stopped after step {fixture[-1]}, the resumed "
-                        "run ends with different weights from the one that never stopped, although every part "
-                        "checked was restored: does restore draw random numbers after putting the generators back?")
-    return ("the resumed runs end with exactly the same weights as runs never stopped, on three set-ups "
-            "(Adam and SGD with momentum, two schedules, stopped mid-epoch and at an epoch's end).")
-
-
-q1 = Exercise("ep09.q1", _check_resume,
-              hint="Which things change from one step to the next? Each has a state_dict() or a get_state(); "
-                   "restore puts each back and returns where the loop continues.",
+q1 = Exercise("ep09.q1", _check_scaling,
+              hint="How many samples does one optimiser step use across all replicas? The learning rate grows by "
+                   "that number ÷ base_batch. The warm-up is a straight line between two rates you know.",
               solution=solution_link(NOTEBOOK))
 
 
-# --- q2: an atomic save ---------------------------------------------------------------------
+# --- q2: shard by rank ----------------------------------------------------------------------
 
-class _Pause:
-    """Pickled in the middle of a save: tells the parent and waits to be killed."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-
-    def __reduce__(self):
-        os.write(self.fd, b"x")
-        time.sleep(30)
-        return (int, (0,))
+_Q2_CASES = [(10, 3), (1000, 4), (7, 2), (8, 8), (5, 1), (97, 5)]
 
 
-@contextlib.contextmanager
-def _recording():
-    """Record os.fsync, os.replace, os.rename, os.unlink and os.remove calls, in order (and make them)."""
-    events = []
-    real = {name: getattr(os, name) for name in ("fsync", "replace", "rename", "unlink", "remove")}
-
-    def wrap(name):
-        def call(*args, **kwargs):
-            events.append((name, args))
-            return real[name](*args, **kwargs)
-        return call
-
-    for name in real:
-        setattr(os, name, wrap(name))
+def _indices(result, what: str, n: int) -> list:
+    if isinstance(result, (str, bytes, dict, set)) or not hasattr(result, "__len__"):
+        raise Wrong(f"{what} should return a list or array of sample indices; got {type(result).__name__}.")
     try:
-        yield events
-    finally:
-        for name, fn in real.items():
-            setattr(os, name, fn)
+        values = [v.item() if hasattr(v, "item") else v for v in result]
+    except Exception:
+        raise Wrong(f"{what} should return a flat list of sample indices.") from None
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise Wrong(f"{what} returned {v!r} among the indices; indices are whole numbers.")
+        if not 0 <= v < n:
+            raise Wrong(f"{what} returned index {v}, outside 0 … {n - 1}.")
+    return [int(v) for v in values]
 
 
-def _same_file(a, b) -> bool:
-    return os.path.abspath(os.fspath(a)) == os.path.abspath(os.fspath(b))
+def _check_shard(fn):
+    require_function(fn, "shard")
+    for n, world in _Q2_CASES:
+        orders = []
+        for epoch in (0, 1):
+            shards = [_indices(_call(fn, n, rank, world, epoch, what=f"shard({n}, {rank}, {world}, {epoch})"),
+                               f"shard({n}, {rank}, {world}, {epoch})", n) for rank in range(world)]
+            again = [_indices(_call(fn, n, rank, world, epoch, what="shard"), "shard", n) for rank in range(world)]
+            case = f"{n} samples, {world} ranks, epoch {epoch}"
+            if again != shards:
+                raise Wrong(f"{case}: two calls with the same arguments gave different shards. Each rank is a "
+                            "separate process: they agree only if the shuffle is seeded by (seed, epoch), the "
+                            "same on every rank.")
+            sizes = [len(s) for s in shards]
+            for rank, s in enumerate(shards):
+                if len(set(s)) != len(s):
+                    raise Wrong(f"{case}: rank {rank} has the same sample twice in its shard.")
+            seen = [i for s in shards for i in s]
+            if len(set(seen)) != len(seen):
+                dup = next(i for i in seen if seen.count(i) > 1)
+                owners = [r for r, s in enumerate(shards) if dup in s]
+                raise Wrong(f"{case}: sample {dup} is in the shards of ranks {owners}: a sample is seen twice "
+                            "per epoch. Did each rank shuffle with its own seed, or is rank 0-based?")
+            if len(set(sizes)) != 1:
+                raise Wrong(f"{case}: the shards have sizes {sizes}. Every rank must take the same number of "
+                            "steps, or the ranks with more batches wait forever in the all-reduce: drop the "
+                            "remainder (n // world_size per rank).")
+            if n - len(seen) > world - 1:
+                raise Wrong(f"{case}: only {len(seen)} of {n} samples are used; at most world_size - 1 = "
+                            f"{world - 1} may be dropped to make the shards equal.")
+            orders.append(shards)
+        if n >= 8 and world < n:
+            if all(s == sorted(s) and (len(s) < 2 or s[1] - s[0] in (1, world)) for s in orders[0]):
+                raise Wrong(f"{n} samples, {world} ranks: the shards are not shuffled: each epoch should draw a "
+                            "new random order, the same on every rank.")
+            if orders[0] == orders[1]:
+                raise Wrong(f"{n} samples, {world} ranks: epochs 0 and 1 give the same shards. Shuffle with "
+                            "the epoch in the seed, as DistributedSampler.set_epoch does.")
+            if n >= 50 and _kept_neighbours(orders[0], orders[1]) > 0.5:
+                raise Wrong(f"{n} samples, {world} ranks: epoch 1's order is epoch 0's order shifted (rotated): "
+                            "the same samples follow one another every epoch, so the batches barely change. Draw "
+                            "a new random permutation each epoch, seeded by (seed, epoch).")
+        if n >= 100 and world > 1:
+            per_rank = [[set(s) for s in ep] for ep in orders]
+            if all(per_rank[0][r] == per_rank[1][r] for r in range(world)):
+                raise Wrong(f"{n} samples, {world} ranks: each rank trains on the same samples in every epoch, "
+                            "only reordered. Shuffle ALL samples with one permutation per epoch and deal it "
+                            "out, so that samples move between ranks.")
+        if n % world and n >= 50:             # (97, 5): a chance repeat is about 1 in 4,600
+            dropped = [set(range(n)) - {i for s in ep for i in s} for ep in orders]
+            if dropped[0] == dropped[1]:
+                raise Wrong(f"{n} samples, {world} ranks: the same samples {sorted(dropped[0])} are left out in "
+                            "every epoch, so they are never trained on. Drop the tail of the shuffled order, "
+                            "not of range(n).")
+        if n >= 8 and world < n:
+            other_seed = [_indices(_call(fn, n, r, world, 0, 1, what=f"shard({n}, {r}, {world}, 0, seed=1)"),
+                                   f"shard({n}, {r}, {world}, 0, seed=1)", n) for r in range(world)]
+            if other_seed == orders[0]:
+                raise Wrong(f"{n} samples, {world} ranks: seed=1 gives the same shards as seed=0. Seed the "
+                            "shuffle with both the seed and the epoch.")
+    _check_shard_elsewhere(fn)
+    return ("every rank draws the same permutation from (seed, epoch) and takes its own slice: "
+            "no sample twice, equal shard sizes, a new order each epoch, and the same shards whichever process "
+            "computes them. That is DistributedSampler.")
 
 
-def _check_atomic(save_checkpoint):
-    require_function(save_checkpoint, "save_checkpoint")
-    old = {"weights": torch.arange(50_000, dtype=torch.float32), "step": 100}
-    with tempfile.TemporaryDirectory(prefix="ep09-q2-") as folder:
-        path = Path(folder) / "checkpoint.pt"
-        with _recording() as events:
-            _call(save_checkpoint, old, path, what="save_checkpoint(state, path)", none_ok=True)
-        if not path.exists():
-            raise Wrong(f"after save_checkpoint(state, path) there is no file at path; found "
-                        f"{sorted(p.name for p in Path(folder).iterdir()) or 'nothing'} in the folder.")
-        try:
-            back = torch.load(path, weights_only=True)
-        except Exception as exc:
-            raise Wrong(f"torch.load cannot read what save_checkpoint wrote ({type(exc).__name__}): write it "
-                        "with torch.save(state, temporary_path).") from None
-        if not (isinstance(back, dict) and back.get("step") == 100 and torch.equal(back["weights"], old["weights"])):
-            raise Wrong("the file save_checkpoint wrote does not hold the state it was given.")
-        _q2_events(events, path)
-        left = sorted(p.name for p in Path(folder).iterdir() if p.name != path.name)
-        if left:
-            raise Wrong(f"after a save that went well the folder still holds {left}: rename the temporary "
-                        "file onto path, do not copy it.")
-        _q2_kill(save_checkpoint, path, old)
-    return ("killed with SIGKILL in the middle of writing, your save left the previous checkpoint whole: "
-            "a temporary file in the same folder, flushed to disk, then renamed over the old one.")
+def _kept_neighbours(epoch0, epoch1) -> float:
+    """The share of samples that follow the same sample in both epochs (about 1/n for two random orders;
+    nearly all when the second order is the first one rotated)."""
+    follows = {a: b for shard in epoch0 for a, b in zip(shard, shard[1:])}
+    pairs = [(a, b) for shard in epoch1 for a, b in zip(shard, shard[1:])]
+    return sum(follows.get(a) == b for a, b in pairs) / max(len(pairs), 1)
 
 
-def _q2_events(events, path):
-    renames = [args for name, args in events if name in ("replace", "rename") and len(args) >= 2]
-    into = [args for args in renames if _same_file(args[1], path)]
-    if not into:
-        raise Wrong("save_checkpoint never renames a file onto path (os.replace(tmp, path) or "
-                    "Path(tmp).replace(path)). Writing path directly, or copying onto it, means a kill "
-                    "mid-write leaves half a file; only a rename swaps the old file for the new one in one step.")
-    src = into[-1][0]
-    if not _same_file(os.path.dirname(os.path.abspath(os.fspath(src))), path.parent):
-        raise Wrong(f"the temporary file {src} is not in the checkpoint's folder. A rename is atomic only "
-                    "within one file system; across two it fails (or becomes a copy). Put the temporary next "
-                    "to path, e.g. path.with_name(path.name + '.tmp').")
-    rename_at = events.index(next(e for e in events if e[0] in ("replace", "rename") and e[1] is into[-1]))
-    if any(name in ("unlink", "remove") and _same_file(args[0], path) for name, args in events[:rename_at]):
-        raise Wrong("save_checkpoint deletes the old checkpoint before the new one is in place: a kill between "
-                    "the two leaves no checkpoint at all. os.replace(tmp, path) replaces it in one step.")
-    if not any(name == "fsync" for name, _ in events[:rename_at]):
-        raise Wrong("nothing is fsync-ed before the rename: after a crash or power cut the rename can reach the "
-                    "disk before the data, leaving an empty or partial file under the final name. Call "
-                    "f.flush() and os.fsync(f.fileno()) on the temporary file before renaming it.")
+#: (n, world, epoch): computed for every rank in two fresh processes and compared with this one's results.
+_Q2_ELSEWHERE = [(10, 3, 0), (97, 5, 1)]
 
 
-def _q2_kill(save_checkpoint, path: Path, old: dict) -> None:
-    if not hasattr(os, "fork"):
-        raise NotDone("this check kills a save with SIGKILL in a forked process, which this system (Windows) "
-                      "cannot do; run it on Linux, macOS or Colab.")
-    new = {"weights": torch.zeros(50_000), "step": 200, "pause": None}
-    read_fd, write_fd = os.pipe()
-    new["pause"] = _Pause(write_fd)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)     # "process is multi-threaded, fork() may ..."
-        pid = os.fork()
-    if pid == 0:                                                  # the child: save, and wait to be killed
-        try:
-            os.close(read_fd)
-            save_checkpoint(new, path)
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    try:
-        import select
+def _check_shard_elsewhere(fn):
+    """Each rank is its own process: the shards must not depend on which process computes them."""
+    from ..exercises import results_in_fresh_processes
 
-        ready, _, _ = select.select([read_fd], [], [], 20)
-    finally:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        os.close(read_fd)
-    if not ready:
-        raise Wrong("save_checkpoint(state, path) in a child process never started writing the state with "
-                    "torch.save (the check waited 20 s): save the dict you are given with torch.save.")
-    if not path.exists():
-        raise Wrong("killed mid-save, your save_checkpoint left no checkpoint at all: the old one was gone "
-                    "before the new one was complete.")
-    try:
-        back = torch.load(path, weights_only=False)
-    except Exception as exc:
-        raise Wrong(f"killed mid-save, your save_checkpoint left a half-written file at path: torch.load fails "
-                    f"({type(exc).__name__}). Write to a temporary file first and rename it onto path when it is "
-                    "complete.") from None
-    if not (isinstance(back, dict) and back.get("step") == 100):
-        raise Wrong("killed mid-save, the file at path is not the previous checkpoint.")
+    calls = [(n, rank, world, epoch) for n, world, epoch in _Q2_ELSEWHERE for rank in range(world)]
+    here = [_indices(_call(fn, *args, what=f"shard{args}"), f"shard{args}", args[0]) for args in calls]
+    elsewhere = results_in_fresh_processes(fn, calls)
+    if elsewhere is None:
+        return
+    for results in elsewhere:
+        for args, mine, theirs in zip(calls, here, results):
+            if list(theirs) != mine:
+                raise Wrong(f"shard{args} gives {_short(theirs)} in a fresh Python process and {_short(mine)} in "
+                            "this one. torchrun starts every rank as its own process, so the ranks would not "
+                            "agree on the permutation: the shuffle depends on something per process (hash() of "
+                            "a string changes with PYTHONHASHSEED, os.getpid(), id(), the time, an unseeded "
+                            "generator). Seed it with (seed, epoch) only.")
 
 
-q2 = Exercise("ep09.q2", _check_atomic,
-              hint="A kill can come between any two lines. Which single operation replaces one file by another "
-                   "so that a reader sees either the old or the new, never half? Where must the new file be "
-                   "for it to work, and what must be on disk before it?",
+def _short(values) -> str:
+    values = list(values)
+    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:6]))}, …]"
+
+
+q2 = Exercise("ep09.q2", _check_shard,
+              hint="Every rank must build the same permutation without talking to the others: what do all "
+                   "ranks know? Then each takes its own share of it, the same size for all.",
               solution=solution_link(NOTEBOOK))
 
 
-# --- q3: how often to checkpoint --------------------------------------------------------------
+# --- q3: ring all-reduce time ---------------------------------------------------------------
 
-# (seconds per step, seconds per save, interruptions per day)
-_Q3_CASES = [(0.5, 20.0, 2.0), (0.05, 2.0, 24.0), (2.0, 120.0, 0.5), (1.0, 0.1, 1000.0), (10.0, 1.0, 1e4),
-             (0.25, 8.0, 3.0)]
+def _q3_models():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(15, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 1))
+    frozen = nn.Sequential(nn.Linear(300, 200), nn.ReLU(), nn.Linear(200, 10))
+    for p in frozen[0].parameters():
+        p.requires_grad_(False)
+    half = nn.Sequential(nn.Linear(64, 512), nn.Linear(512, 64)).half()
+    # layers in different dtypes: the sizes are summed parameter by parameter
+    mixed = nn.Sequential(nn.Linear(32, 256).half(), nn.Linear(256, 256), nn.Linear(256, 8).to(torch.bfloat16))
+    return [("the episode-3 MLP", mlp, 2, 16.0), ("an MLP with a frozen first layer", frozen, 4, 25.0),
+            ("a float16 model", half, 8, 300.0), ("a model whose layers are float16, float32 and bfloat16",
+                                                  mixed, 4, 25.0),
+            ("the episode-3 MLP", mlp, 1, 16.0)]
 
 
-def _young_steps(step_s, save_s, per_day):
-    mtbi = 86_400 / per_day
-    return max(1, round(math.sqrt(2 * save_s * mtbi) / step_s))
+def _explain_q3(exc):
+    if isinstance(exc, AttributeError) and "NoneType" in str(exc):
+        return (f"{type(exc).__name__}: {exc}. Before a backward pass p.grad is None; a gradient has the "
+                "shape and dtype of its parameter, so count p.numel() × p.element_size() of the parameters.")
+    return None
 
 
-def _check_interval(fn):
-    require_function(fn, "checkpoint_every")
-    for step_s, save_s, per_day in _Q3_CASES:
-        what = f"checkpoint_every({step_s}, {save_s}, {per_day})"
-        got = as_number(what, _call(fn, step_s, save_s, per_day, what=what))
-        want = _young_steps(step_s, save_s, per_day)
-        if got == want or (got == int(got) and got >= 1 and abs(got - want) <= max(1, 0.01 * want)):
+def _check_allreduce(fn):
+    require_function(fn, "allreduce_seconds")
+    for name, model, world, bw in _q3_models():
+        what = f"allreduce_seconds({name}, world_size={world}, bandwidth_gb_s={bw})"
+        # counted before the call, which gets a copy: an answer that changes the model (.float(),
+        # requires_grad_()) must not change the expected result
+        grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        every = sum(p.numel() * p.element_size() for p in model.parameters())
+        numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        given = copy.deepcopy(model)
+        before = snapshot(given)
+        got = as_number(what, _call(fn, given, world, bw, what=what, explain=_explain_q3))
+        changed = changes(before, given)
+        if changed:
+            raise Wrong(f"{what} changed the model it was given ({changed}): in the notebook that changes your "
+                        "model for good. Count the bytes without changing anything (no .float(), .half() or "
+                        "requires_grad_()): p.numel() × p.element_size() of each parameter that requires a gradient.")
+        first_size = next(iter(model.parameters())).element_size()
+        factor = 2 * (world - 1) / world
+        want = factor * grads / (bw * 1e9)
+        if math.isclose(got, want, rel_tol=0.005, abs_tol=1e-15):
             continue
-        mtbi = 86_400 / per_day
-        alternatives = {
-            "sqrt(save × MTBI) without the 2": math.sqrt(save_s * mtbi) / step_s,
-            "MTBI in hours": math.sqrt(2 * save_s * mtbi / 3600) / step_s,
-            "MTBI in days (the rate's own unit)": math.sqrt(2 * save_s / per_day) / step_s,
-            "the interruption rate used as if it were the time between interruptions": math.sqrt(2 * save_s * per_day) / step_s,
-            "seconds, not steps": math.sqrt(2 * save_s * mtbi),
-            "2 × save × MTBI without the square root": 2 * save_s * mtbi / step_s,
-        }
-        for mistake, value in alternatives.items():
-            if math.isclose(got, value, rel_tol=0.02) or (value >= 0.5 and abs(got - round(value)) <= 1
-                                                          and abs(round(value) - want) > 1):
-                raise Wrong(f"{what} is {got:g}: {mistake}. Young's interval is √(2 × save time × mean time between "
-                            f"interruptions), with the mean time in seconds (86 400 / interruptions per day), "
-                            f"then divided by the step time: {want} steps.")
-        if got != int(got):
-            raise Wrong(f"{what} is {got:g}; return a whole number of steps (round it).")
-        if got < 1:
-            raise Wrong(f"{what} is {got:g}: at least one step must pass between checkpoints (use max(1, ...)).")
-        raise Wrong(f"{what} is {got:g}, expected {want} steps: √(2 × {save_s:g} s × {mtbi:g} s) / {step_s:g} s.")
-    return ("Young's first-order interval √(2δM): save less often when saving is slow or interruptions rare, "
-            "more often when they are frequent. Daly (2006) refines it to √(2δM) − δ for large δ.")
+        if world == 1:
+            raise Wrong(f"{what} is {got:.3g} s; with one process there is nobody to exchange with: 0 s. "
+                        "The ring formula has the factor (world_size - 1) / world_size.")
+        candidates = [
+            (want * 1e3, "milliseconds: return seconds"),
+            (want * 1e6, "microseconds: return seconds"),
+            (want * 8, "bits: a bandwidth in GB/s is bytes per second, so do not multiply by 8"),
+            (want / 8, "a division by 8: the sizes are already in bytes"),
+            (want * 1e9 / 2 ** 30, "GiB (2^30 bytes): GB/s here means 10^9 bytes per second"),
+            (want / 2, "no factor 2: a ring all-reduce is a reduce-scatter and then an all-gather, each "
+                       "sending (world_size - 1) / world_size of the gradients"),
+            (2 * grads / (bw * 1e9), "no (world_size - 1) / world_size: each rank sends 2 (N - 1) / N of "
+                                     "the gradient bytes, not twice all of them"),
+            (grads / (bw * 1e9), "just the gradient bytes over the bandwidth: a ring all-reduce sends "
+                                 "2 (N - 1) / N of them per rank"),
+            (factor * every / (bw * 1e9), "frozen parameters (requires_grad=False) too: they have no "
+                                          "gradient, so nothing of theirs is all-reduced"),
+            (factor * numel * first_size / (bw * 1e9), "one parameter's element_size() for every parameter: "
+                                                       "each parameter has its own dtype, so use each one's "
+                                                       "p.element_size() (this model mixes 2- and 4-byte layers)"),
+            (factor * numel * 4 / (bw * 1e9), "4 bytes per parameter: use p.element_size(), a float16 "
+                                              "model has 2"),
+            (factor * numel / (bw * 1e9), "the number of parameters, not their bytes (numel × element_size)"),
+            (want * world, "a multiplication by world_size: that is the traffic of all ranks together; they "
+                           "send at the same time, each over its own link"),
+            (factor * grads, "bytes, not seconds: divide by the bandwidth in bytes per second"),
+        ]
+        for value, mistake in candidates:
+            if math.isclose(got, value, rel_tol=0.005):
+                raise Wrong(f"{what} is {got:.4g}: that counts {mistake}.")
+        raise Wrong(f"{what} is {got:.4g} s, expected {want:.4g} s = 2 (N - 1)/N × {grads} gradient bytes / "
+                    f"({bw:g} × 10^9 B/s).")
+    return ("each step moves 2 (N - 1)/N × the gradient bytes through every rank's link; DDP hides part "
+            "of it behind the backward pass by all-reducing bucket by bucket.")
 
 
-q3 = Exercise("ep09.q3", _check_interval,
-              hint="What is the mean time between interruptions in seconds, if there are `interruptions_per_day` "
-                   "a day? Young's formula gives the interval in seconds; the answer is in steps.",
+q3 = Exercise("ep09.q3", _check_allreduce,
+              hint="Which parameters get gradients, and how many bytes is each number? Then: how many times "
+                   "the gradient bytes does each rank send in a ring all-reduce?",
               solution=solution_link(NOTEBOOK))
 
 
-# --- q4: is the run input-bound? ----------------------------------------------------------------
+# --- q4: uneven shards, every rank in every collective ---------------------------------------
 
-def _traces():
-    """Named fixtures: (trace, input-bound?, what a wrong verdict on it means)."""
-    rng = np.random.default_rng(9)
-
-    def noisy(level, n, spread=3):
-        return np.clip(level + rng.normal(0, spread, n), 1, 100)
-
-    idle = np.zeros
-    saw = np.tile([100, 100, 100, 100, 0, 0, 0], 20).astype(float)        # median 100, mean 57
-    dips = noisy(96, 120)
-    dips[::30] = 0
-    dips[1::30] = 0
-    return [
-        ("fed, with idle seconds before the first step and after the last",
-         np.concatenate([idle(40), noisy(95, 80), idle(30)]), False,
-         "the run was busy about 95 % of the time while it trained; the idle samples before the first step and "
-         "after the last are not training. Look only from the first busy sample to the last"),
-        ("starved: busy in bursts, idle while it waits for each batch",
-         saw, True, "most samples read 100 %, but the median and the maximum hide the waits. Use the mean over "
-                    "the training window"),
-        ("starved at a steady 45 %", np.concatenate([idle(5), noisy(45, 100), idle(5)]), True,
-         "busy 45 % of the time while training is input-bound"),
-        ("fed, with two short dips for checkpoints", dips, False,
-         "two short dips (a checkpoint being saved) do not make a run input-bound: its mean is above 80 %. "
-         "Do not judge by the lowest sample"),
-        ("starved at 70 %", noisy(70, 100), True,
-         "70 % is below the 80 % line: a third of the time the GPU waits"),
-        ("fed at 88 %, starting at once", np.concatenate([noisy(88, 60), idle(3)]), False,
-         "88 % is above the 80 % line"),
-    ]
+class _Deadlock(BaseException):
+    """Raised in a simulated rank that waits for a collective no other rank will ever make
+    (a BaseException: `except Exception` in the answer cannot hide it)."""
 
 
-def _check_trace(fn):
-    require_function(fn, "input_bound")
-    for name, trace, truth, why in _traces():
-        what = f"input_bound(<{name}>)"
-        got = _call(fn, list(trace), what=what)
-        if isinstance(got, (np.bool_,)):
-            got = bool(got)
-        if not isinstance(got, bool):
-            raise Wrong(f"{what} returned {describe(got)}; return True (input-bound) or False.")
-        if got != truth:
-            verdict = "input-bound" if got else "fed"
-            busy = [i for i, u in enumerate(trace) if u > 5]
-            mean = float(np.mean(trace[busy[0]: busy[-1] + 1]))
-            raise Wrong(f"you called the trace '{name}' {verdict}: {why} (busy {mean:.0f} % of the time while "
-                        "training; the line is 80 %).")
-    return ("you read six traces right: the mean utilisation from the first busy sample to the last, against "
-            "the 80 % line, ignoring the idle start and end.")
+class _World:
+    """Simulated ranks (threads) and an all_reduce that waits for all of them.
+
+    A rank that is only late (still computing) is waited for; a deadlock is declared only when no
+    rank can move on: every rank has finished or waits in a collective that not all ranks have
+    joined. So a slow machine never turns a right answer into a "deadlock", and a real deadlock is
+    named at once, without a timeout.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self.cond = threading.Condition()
+        self.slots: dict = {}
+        self.calls = [0] * size
+        self.where: list = ["running"] * size     # "running", ("waiting", k) or "done"
+        self.deadlock = False
+        self.stopped = False
+        self.mismatch = None
+        self.first = None                          # (op, {rank: value}) of the first collective
+
+    def _stuck(self) -> bool:
+        waiting = [w for w in self.where if w != "done"]
+        return all(isinstance(w, tuple) and len(self.slots[w[1]]) < self.size for w in waiting) and bool(waiting)
+
+    def finished(self, rank: int) -> None:
+        with self.cond:
+            self.where[rank] = "done"
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+    def all_reduce_for(self, rank: int):
+        def all_reduce(value, op="sum"):
+            if op not in ("sum", "min", "max"):
+                raise ValueError(f"all_reduce: op must be 'sum', 'min' or 'max', got {op!r}")
+            integral = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            if getattr(value, "ndim", 0) or isinstance(value, (list, tuple, str, bytes)):
+                raise TypeError(f"all_reduce here takes one number, got {type(value).__name__} "
+                                f"{value!r:.60}: call it once per number")
+            integral = integral or (getattr(value, "dtype", None) is not None and "int" in str(value.dtype))
+            value = float(value)
+            with self.cond:
+                k = self.calls[rank]
+                self.calls[rank] += 1
+                entries = self.slots.setdefault(k, {})
+                entries[rank] = (op, value, integral)
+                self.where[rank] = ("waiting", k)
+                self.cond.notify_all()
+                while len(entries) < self.size:
+                    if self.stopped:
+                        raise _Deadlock()
+                    if self.deadlock or self._stuck():
+                        self.deadlock = True
+                        self.cond.notify_all()
+                        raise _Deadlock()
+                    self.cond.wait(0.5)
+                self.where[rank] = "running"
+            ops = {o for o, _, _ in entries.values()}
+            if len(ops) > 1 and self.mismatch is None:
+                self.mismatch = (k, {r: o for r, (o, _, _) in sorted(entries.items())})
+            if k == 0 and len(ops) == 1:
+                self.first = (op, {r: v for r, (_, v, _) in entries.items()})
+            values = [v for _, v, _ in entries.values()]
+            result = {"sum": sum, "min": min, "max": max}[op](values)
+            # like an all_reduce of an integer tensor: whole numbers in, a whole number out
+            return int(result) if all(i for _, _, i in entries.values()) else result
+        return all_reduce
 
 
-q4 = Exercise("ep09.q4", _check_trace,
-              hint="Which samples belong to the training itself? And which single number says what share of "
-                   "that time the device was busy: the mean, the median or the smallest sample?",
+def _reference(batches_per_rank, lr, divide=True, loss_after_step=False):
+    world = len(batches_per_rank)
+    steps = min(len(b) for b in batches_per_rank)
+    weight, losses = 0.0, []
+
+    def mean_loss(w, s):
+        return sum(float(np.mean((w - np.asarray(b[s])) ** 2) / 2) for b in batches_per_rank) / world
+
+    for s in range(steps):
+        grads = [weight - float(np.mean(b[s])) for b in batches_per_rank]
+        before = mean_loss(weight, s)
+        weight -= lr * sum(grads) / (world if divide else 1)
+        losses.append(mean_loss(weight, s) if loss_after_step else before)
+    return weight, losses
+
+
+def _q4_cases():
+    rng = np.random.default_rng(7)
+
+    def shard(n):
+        return [list(rng.normal(1.0, 1.0, 4).round(3)) for _ in range(n)]
+
+    return [[shard(5), shard(4)], [shard(3), shard(6), shard(4)], [shard(4), shard(4)],
+            [shard(2), shard(5), shard(5), shard(3)]]
+
+
+def _check_train(fn):
+    require_function(fn, "train")
+    lr = 0.1
+    for batches_per_rank in _q4_cases():
+        world = len(batches_per_rank)
+        counts = [len(b) for b in batches_per_rank]
+        case = f"{world} ranks with {counts} batches"
+        sim = _World(world)
+        results, errors = [None] * world, [None] * world
+        given = copy.deepcopy(batches_per_rank)     # each rank's own copy: compared afterwards
+
+        def run(rank):
+            try:
+                results[rank] = fn(rank, world, given[rank], sim.all_reduce_for(rank), lr)
+            except BaseException as exc:  # noqa: BLE001 - reported to the learner
+                errors[rank] = exc
+            finally:
+                sim.finished(rank)
+
+        threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world)]
+        for t in threads:
+            t.start()
+        seconds = _exercises.DEADLINE_S
+        deadline = time.monotonic() + seconds           # one deadline for all ranks together
+        for t in threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in threads):
+            busy = [r for r, w in enumerate(sim.where) if w == "running"]
+            for r, t in enumerate(threads):             # stop the endless loop, not only stop waiting for it
+                if t.is_alive() and r in busy:
+                    interrupt_thread(t)
+            sim.stop()
+            for t in threads:
+                t.join(timeout=2.0)
+            where = f" (rank {busy[0]} was still computing, not waiting in a collective)" if busy else ""
+            raise Wrong(deadline_message(f"{case}: train()", seconds) + where)
+        if sim.first is not None and sim.first[0] == "max" and len(set(counts)) > 1 and \
+                sorted(sim.first[1].values()) == sorted(map(float, counts)):
+            raise Wrong(f"{case}: your first collective takes the largest shard's step count (op='max'); this "
+                        "exercise asks for the smallest (op='min'), so that no rank runs out of data. (DDP's "
+                        "join() handles the other way, with zero contributions from ranks that ran out.)")
+        other = [(r, e) for r, e in enumerate(errors) if e is not None and not isinstance(e, _Deadlock)]
+        if other:
+            rank, exc = other[0]
+            if "____" in str(exc) or "_Blank" in str(exc) or isinstance(exc, NotDone):
+                raise NotDone("train still uses ____: replace it with your code.")
+            if isinstance(exc, IndexError) and len(set(counts)) > 1:
+                raise Wrong(f"{case}: rank {rank} raised IndexError: {exc}. It ran out of batches: the step "
+                            "count must be the smallest shard's, agreed with all_reduce(..., op='min').")
+            raise Wrong(f"{case}: rank {rank} raised {type(exc).__name__}: {exc}.")
+        if given != batches_per_rank:
+            rank = next(r for r in range(world) if given[r] != batches_per_rank[r])
+            raise Wrong(f"{case}: rank {rank} changed the list of batches it was given (it now has "
+                        f"{len(given[rank])} of {counts[rank]}): a loader's batches are not yours to drop or change. "
+                        "Agree on the number of steps with all_reduce(..., op='min') and stop there.")
+        if sim.mismatch is not None:
+            k, ops = sim.mismatch
+            raise Wrong(f"{case}: in collective call #{k + 1} the ranks asked for different reductions {ops}. "
+                        "Every rank must make the same collective calls in the same order.")
+        if any(isinstance(e, _Deadlock) for e in errors):
+            stuck = [r for r, e in enumerate(errors) if isinstance(e, _Deadlock)]
+            calls = {r: sim.calls[r] for r in range(world)}
+            raise Wrong(f"{case}: deadlock. Ranks {stuck} waited in an all_reduce that the other ranks, finished "
+                        f"or waiting elsewhere, could never call (collective calls per rank: {calls}). Every "
+                        "rank must call every all_reduce: the same number of steps on every rank (agree on "
+                        "the smallest shard's count with op='min'), and no collective inside `if rank == 0`.")
+        want_w, want_losses = _reference(batches_per_rank, lr)
+        for rank, result in enumerate(results):
+            result = require_answer(result, f"train(rank={rank}, ...)")
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                raise Wrong(f"{case}: train should return (weight, losses); rank {rank} returned {result!r:.80}.")
+        weights = [as_number("weight", r[0]) for r in results]
+        if max(weights) - min(weights) > 1e-9:
+            raise Wrong(f"{case}: the ranks ended with different weights {[round(w, 5) for w in weights]}. "
+                        "Each rank must step with the gradient averaged over all ranks (all_reduce, then "
+                        "divide by world_size), not with its own, and all ranks must call their all_reduces in "
+                        "the same order (gradient, then loss), or one rank's gradient is summed with another's loss.")
+        if not math.isclose(weights[0], want_w, rel_tol=1e-6, abs_tol=1e-9):
+            steps = min(counts)
+            if math.isclose(weights[0], _reference(batches_per_rank, lr, divide=False)[0], rel_tol=1e-6):
+                raise Wrong(f"{case}: weight {weights[0]:.5f}: the summed gradient was not divided by "
+                            "world_size, so the step is world_size times too large.")
+            raise Wrong(f"{case}: weight {weights[0]:.5f}, expected {want_w:.5f} after {steps} steps with "
+                        "the gradient averaged over the ranks.")
+        for rank, result in enumerate(results):
+            losses = result[1]
+            if isinstance(losses, (str, bytes)) or not hasattr(losses, "__len__"):
+                raise Wrong(f"{case}: losses should be a list, one mean loss per step; got {type(losses).__name__}.")
+            got = [as_number("loss", v) for v in losses]
+            if len(got) != len(want_losses):
+                raise Wrong(f"{case}: rank {rank} returned {len(got)} losses for {len(want_losses)} steps.")
+            if not np.allclose(got, want_losses, rtol=1e-6, atol=1e-12):
+                after = _reference(batches_per_rank, lr, loss_after_step=True)[1]
+                if np.allclose(got, after, rtol=1e-6, atol=1e-12):
+                    raise Wrong(f"{case}: rank {rank}'s losses are the mean over the ranks, but at the weight "
+                                "after each step: log the loss before the step, at the weight the gradient "
+                                "was computed with.")
+                raise Wrong(f"{case}: rank {rank}'s losses {np.round(got, 4).tolist()} are not the mean over "
+                            f"all ranks {np.round(want_losses, 4).tolist()}: all_reduce the local loss on "
+                            "every rank and divide by world_size.")
+    return ("every rank takes the same number of steps and calls every collective, in the same order: "
+            "no deadlock, identical weights. For a map-style dataset DistributedSampler makes the shards "
+            "equal (it pads or drops); for streaming data, agree on the step count like this or use DDP's "
+            "join() context manager.")
+
+
+q4 = Exercise("ep09.q4", _check_train,
+              hint="Which collective makes all ranks agree on a number? Which all_reduce does only rank 0 call? "
+                   "And when is the loss to log computed: before or after the step?",
               solution=solution_link(NOTEBOOK))

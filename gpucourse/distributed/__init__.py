@@ -1,4 +1,4 @@
-"""Launching the episode 7 training scripts from a notebook, safely.
+"""Launching the episode 9 training scripts from a notebook, safely.
 
 A notebook cannot be a worker of a multi-process job: ``torch.multiprocessing.spawn``
 pickles the function it starts by name, and a function defined in a notebook lives in

@@ -1,4 +1,4 @@
-"""Checks for episode 8, "A language model on one GPU".
+"""Checks for episode 10, "A language model on one GPU".
 
 ``q1`` the bytes of a KV cache · ``q2`` the decode floor on a GPU of the table · ``q3`` the longest context
 that fits beside the weights · ``q4`` LoRA's trainable parameters.
@@ -17,7 +17,7 @@ import math
 
 from ..exercises import Exercise, NotDone, Wrong, as_number, call_answer, require_function, solution_link
 
-NOTEBOOK = "08-language-model.ipynb"
+NOTEBOOK = "10-language-model.ipynb"
 GIB, MIB = 2**30, 2**20
 
 
@@ -171,7 +171,7 @@ def _check_kv_cache(kv_cache_bytes):
             f"model keeps {mistral[2] / GIB:.2f} GiB of cache for one 4,096-token sequence in float16.")
 
 
-q1 = Exercise("ep08.q1", _check_kv_cache,
+q1 = Exercise("ep10.q1", _check_kv_cache,
               hint="What does one layer keep for one token of one sequence: how many heads' worth of keys, and of "
                    "values, each of head_dim numbers? Which config attribute counts the heads the cache keeps, and "
                    "how many bytes is one number of this dtype? Then multiply by layers, tokens and batch.",
@@ -233,7 +233,7 @@ def _check_floor(decode_floor_ms):
             f"{t4[2]:.1f} ms per token on a T4 at batch 1: {1e3 / t4[2]:.0f} tokens/s at most.")
 
 
-q2 = Exercise("ep08.q2", _check_floor,
+q2 = Exercise("ep10.q2", _check_floor,
               hint="At batch 1, each new token reads every weight once. How many bytes is that, and how long does "
                    "the GPU take to read them at its bandwidth (llm.gpus()[gpu]['bandwidth_gbs'], in 10**9 bytes/s)? "
                    "Return milliseconds.",
@@ -308,7 +308,7 @@ def _check_context(max_context):
             "tokens before the cache fills what the weights leave.")
 
 
-q3 = Exercise("ep08.q3", _check_context,
+q3 = Exercise("ep10.q3", _check_context,
               hint="How many bytes are left once the weights (parameters × bytes per value; llm.count_parameters "
                    "counts the parameters) are in memory? How many bytes does one more token cost for the whole "
                    "batch? The answer is a whole number of tokens that must not overflow, and never negative.",
@@ -399,7 +399,7 @@ def _check_lora(lora_trainable):
             f"and o, SmolLM2-135M trains {smol:,} of its 134,515,008 parameters ({smol / 134_515_008:.2%}).")
 
 
-q4 = Exercise("ep08.q4", _check_lora,
+q4 = Exercise("ep10.q4", _check_lora,
               hint="For one linear layer W (out × in), LoRA adds A and B: what are their shapes for rank r? Which "
                    "(in, out) does each target have (q_proj and o_proj use the query heads, k_proj and v_proj the "
                    "KV heads, the MLP intermediate_size)? How many layers have them?",

@@ -1,4 +1,4 @@
-"""Episode 8's checks, three ways: right answers pass, stubs are "not done", wrong answers teach.
+"""Episode 10's checks, three ways: right answers pass, stubs are "not done", wrong answers teach.
 
 Each exercise has a list of plausible wrong answers named by their mistake: forgetting the 2 for keys and
 values, query heads instead of KV heads, GiB for GB, bits for bytes, seconds for milliseconds, the weights or
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gpucourse import llm
-from gpucourse.checks import ep08
+from gpucourse.checks import ep10
 from gpucourse.exercises import ____
 
 from checking import assert_wrong, outcome
@@ -76,23 +76,23 @@ Q1_WRONG = {
 
 def test_q1_right_answers_pass_and_stubs_are_not_done():
     for fn in (kv_cache_bytes, kv_cache_bytes_itemsize):
-        result, message = outcome(ep08.q1, fn)
+        result, message = outcome(ep10.q1, fn)
         assert result == "correct", message
-    assert outcome(ep08.q1, ____)[0] == "not-done"
-    assert outcome(ep08.q1, lambda config, tokens, batch, dtype: ____)[0] == "not-done"
+    assert outcome(ep10.q1, ____)[0] == "not-done"
+    assert outcome(ep10.q1, lambda config, tokens, batch, dtype: ____)[0] == "not-done"
 
 
 @pytest.mark.parametrize("name", Q1_WRONG)
 def test_q1_wrong_answers_are_named(name):
     fn, words = Q1_WRONG[name]
-    assert_wrong(ep08.q1, (fn,), words)
+    assert_wrong(ep10.q1, (fn,), words)
 
 
 def test_q1_measures_a_real_cache():
     """The first case's expected value is the cache a model really holds, not the check's own formula."""
     config = llm.llama_config("SmolLM2-135M", num_hidden_layers=2, hidden_size=64, intermediate_size=64,
                               num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=64)
-    assert ep08._measured_cache(config, 7, 2, torch.float32) == kv_cache_bytes(config, 7, 2, torch.float32)
+    assert ep10._measured_cache(config, 7, 2, torch.float32) == kv_cache_bytes(config, 7, 2, torch.float32)
 
 
 # --- q2: the decode floor --------------------------------------------------------------------------
@@ -127,16 +127,16 @@ Q2_WRONG = {
 
 
 def test_q2_right_answer_passes_and_stub_is_not_done():
-    result, message = outcome(ep08.q2, decode_floor_ms)
+    result, message = outcome(ep10.q2, decode_floor_ms)
     assert result == "correct", message
-    assert outcome(ep08.q2, ____)[0] == "not-done"
-    assert outcome(ep08.q2, lambda n, dtype, gpu: ____)[0] == "not-done"
+    assert outcome(ep10.q2, ____)[0] == "not-done"
+    assert outcome(ep10.q2, lambda n, dtype, gpu: ____)[0] == "not-done"
 
 
 @pytest.mark.parametrize("name", Q2_WRONG)
 def test_q2_wrong_answers_are_named(name):
     fn, words = Q2_WRONG[name]
-    assert_wrong(ep08.q2, (fn,), words)
+    assert_wrong(ep10.q2, (fn,), words)
 
 
 # --- q3: the longest context -------------------------------------------------------------------------
@@ -172,15 +172,15 @@ Q3_WRONG = {
 
 
 def test_q3_right_answer_passes_and_stub_is_not_done():
-    result, message = outcome(ep08.q3, max_context)
+    result, message = outcome(ep10.q3, max_context)
     assert result == "correct", message
-    assert outcome(ep08.q3, ____)[0] == "not-done"
+    assert outcome(ep10.q3, ____)[0] == "not-done"
 
 
 @pytest.mark.parametrize("name", Q3_WRONG)
 def test_q3_wrong_answers_are_named(name):
     fn, words = Q3_WRONG[name]
-    assert_wrong(ep08.q3, (fn,), words)
+    assert_wrong(ep10.q3, (fn,), words)
 
 
 # --- q4: LoRA's trainable parameters -----------------------------------------------------------------
@@ -230,15 +230,15 @@ Q4_WRONG = {
 
 def test_q4_right_answers_pass_and_stub_is_not_done():
     for fn in (lora_trainable, lora_from_modules):
-        result, message = outcome(ep08.q4, fn)
+        result, message = outcome(ep10.q4, fn)
         assert result == "correct", message
-    assert outcome(ep08.q4, ____)[0] == "not-done"
+    assert outcome(ep10.q4, ____)[0] == "not-done"
 
 
 @pytest.mark.parametrize("name", Q4_WRONG)
 def test_q4_wrong_answers_are_named(name):
     fn, words = Q4_WRONG[name]
-    assert_wrong(ep08.q4, (fn,), words)
+    assert_wrong(ep10.q4, (fn,), words)
 
 
 # --- the helper --------------------------------------------------------------------------------------

@@ -1,0 +1,452 @@
+"""Checks for episode 11, "Training runs that survive".
+
+``q1`` capture and restore everything an exact resume needs · ``q2`` an atomic checkpoint save ·
+``q3`` how often to checkpoint (Young's formula) · ``q4`` read a utilisation trace: input-bound?
+
+``q1`` interrupts training runs of its own (dropout, NumPy noise, Python coin flips, a shuffle per
+epoch, Adam or SGD with momentum, a learning-rate schedule) at several steps, passes the learner's
+checkpoint through bytes as a file would, restores it into fresh objects, finishes the run and
+compares the weights bit for bit with a run that was never stopped; it names the part that was
+not restored. ``q2`` calls the learner's save in a forked child process and kills it with SIGKILL
+while it is writing, then loads what is on disk. ``q3`` and ``q4`` recompute the answer on
+fixtures of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import math
+import os
+import random
+import signal
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..exercises import Exercise, NotDone, Wrong, as_number, describe, require_function, solution_link
+from ..exercises import call_answer as _call
+
+NOTEBOOK = "11-runs-that-survive.ipynb"
+
+
+# --- q1: what a checkpoint must hold --------------------------------------------------------
+
+_Q1_FIXTURES = [  # (optimizer, scheduler, epochs, steps per epoch, interrupt after global step)
+    ("adam", "step", 3, 6, 8),
+    ("sgd", "cosine", 3, 5, 10),      # at the end of an epoch
+    ("adam", "cosine", 2, 7, 3),
+]
+
+
+def _q1_objects(opt_kind: str, sched_kind: str, total_steps: int):
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
+    if opt_kind == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=5e-2, momentum=0.9)
+    if sched_kind == "step":
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
+    else:
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+    return model, optimizer, scheduler
+
+
+def _q1_run(fixture, *, stop_after=None, resume=None, capture=None, restore=None):
+    """One run of a fixture; returns the checkpoint bytes (stopped) or the final weights."""
+    opt_kind, sched_kind, epochs, per_epoch, _ = fixture
+    batch = 8
+    data_gen = torch.Generator().manual_seed(7)
+    X = torch.randn(per_epoch * batch, 6, generator=data_gen)
+    y = X[:, :2].sum(1, keepdim=True)
+    random.seed(1)                       # what a fresh process does first
+    np.random.seed(1)
+    torch.manual_seed(1)
+    model, optimizer, scheduler = _q1_objects(opt_kind, sched_kind, epochs * per_epoch)
+    model.train()
+    epoch, step = 0, 0
+    report = {}
+    if resume is not None:
+        ckpt = torch.load(io.BytesIO(resume), weights_only=False)
+        where = _call(restore, ckpt, model, optimizer, scheduler, what="restore(ckpt, model, optimizer, scheduler)",
+                      none_ok=True)
+        report = {"returned": where, "model": _flat(model.state_dict()),
+                  "optimizer": _flat(optimizer.state_dict()["state"]), "scheduler": scheduler.state_dict(),
+                  "torch": torch.get_rng_state(), "numpy": np.random.get_state()[1].copy(),
+                  "python": random.getstate()}
+        epoch, step = _position(where)
+    while epoch < epochs:
+        order = torch.randperm(per_epoch * batch, generator=torch.Generator().manual_seed(100 + epoch))
+        while step < per_epoch:
+            idx = order[step * batch:(step + 1) * batch]
+            xb = X[idx] + torch.from_numpy(np.random.normal(0, 0.05, (batch, 6))).float()   # NumPy's generator
+            if random.random() < 0.5:                                                     # Python's
+                xb = -xb
+            loss = ((model(xb) - y[idx]) ** 2).mean()                                     # dropout: torch's
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if stop_after is not None and epoch * per_epoch + step == stop_after:
+                state = {"model": _flat(model.state_dict()), "optimizer": _flat(optimizer.state_dict()["state"]),
+                         "scheduler": scheduler.state_dict(), "torch": torch.get_rng_state(),
+                         "numpy": np.random.get_state()[1].copy(), "python": random.getstate(),
+                         "position": (epoch, step)}
+                ckpt = _call(capture, model, optimizer, scheduler, epoch, step,
+                             what=f"capture(model, optimizer, scheduler, {epoch}, {step})")
+                if not isinstance(ckpt, dict):
+                    raise Wrong(f"capture(...) should return a dict (what torch.save writes); got {describe(ckpt)}.")
+                buffer = io.BytesIO()
+                try:
+                    torch.save(ckpt, buffer)                   # as a file would: no live objects survive
+                except Exception as exc:
+                    raise Wrong(f"torch.save could not write what capture returned ({type(exc).__name__}: "
+                                f"{exc}). Keep tensors, numbers, lists, tuples and dicts in it.") from None
+                return buffer.getvalue(), state
+        epoch, step = epoch + 1, 0
+    return _flat(model.state_dict()), report
+
+
+def _flat(tree) -> list:
+    """Every tensor in a (nested) state dict, in order, as float64 copies."""
+    out = []
+    if isinstance(tree, dict):
+        for key in sorted(tree, key=str):
+            out += _flat(tree[key])
+    elif isinstance(tree, (list, tuple)):
+        for v in tree:
+            out += _flat(v)
+    elif isinstance(tree, torch.Tensor):
+        out.append(tree.detach().clone())
+    return out
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
+
+
+def _position(where):
+    if where is None:
+        raise Wrong("restore(...) returned None: return (epoch, step), where to continue, so that the "
+                    "loop skips what it already trained on.")
+    if not isinstance(where, (tuple, list)) or len(where) != 2:
+        raise Wrong(f"restore(...) should return the pair (epoch, step); got {describe(where)}.")
+    epoch, step = (as_number("the epoch restore returns", where[0]), as_number("the step restore returns", where[1]))
+    if epoch != int(epoch) or step != int(step):
+        raise Wrong(f"restore(...) returned ({epoch:g}, {step:g}); the epoch and step are whole numbers.")
+    return int(epoch), int(step)
+
+
+def _q1_diagnose(fixture, state, report):
+    """Name the first part of the state that restore did not bring back."""
+    _, _, _, per_epoch, stop = fixture
+    epoch, step = state["position"]
+    got = _position(report["returned"])
+    if got != (epoch, step):
+        if got == (epoch, 0):
+            raise Wrong(f"after {stop} steps restore returned {got}: the run would start epoch {epoch} again from "
+                        f"its first batch and train twice on what it already saw. Save the step within the "
+                        f"epoch too: ({epoch}, {step}).")
+        if got == (0, stop):
+            raise Wrong(f"restore returned {got}: that is the step counted from the start of training with the "
+                        f"epoch lost. Keep the epoch and the step within it: ({epoch}, {step}).")
+        if got == (epoch + 1, 0) and step != per_epoch:
+            raise Wrong(f"restore returned {got}, skipping the rest of epoch {epoch}; it should be "
+                        f"({epoch}, {step}).")
+        raise Wrong(f"after {stop} steps (epoch {epoch}, step {step} of it) restore returned {got}, "
+                    f"not ({epoch}, {step}).")
+    if not _same(report["model"], state["model"]):
+        raise Wrong("after restore the model's weights are not the ones saved: keep model.state_dict() and "
+                    "load it with model.load_state_dict().")
+    if not _same(report["optimizer"], state["optimizer"]):
+        raise Wrong("after restore the optimizer starts from scratch: its state (SGD's momentum buffers, "
+                    "Adam's moment estimates and step counts) was not saved or not loaded. Keep "
+                    "optimizer.state_dict() and load it with optimizer.load_state_dict().")
+    if report["scheduler"] != state["scheduler"]:
+        raise Wrong(f"after restore the learning-rate scheduler is at step {report['scheduler'].get('last_epoch')}, "
+                    f"not {state['scheduler'].get('last_epoch')}: the rate would start its schedule again. Keep "
+                    "scheduler.state_dict() and load it.")
+    if not torch.equal(report["torch"], state["torch"]):
+        raise Wrong("after restore torch's random generator is not where it was: the next dropout masks differ. "
+                    "Keep torch.get_rng_state() and put it back with torch.set_rng_state() — last, after "
+                    "anything that draws random numbers (with a GPU: torch.cuda.get_rng_state_all() as well).")
+    if not np.array_equal(report["numpy"], state["numpy"]):
+        raise Wrong("after restore NumPy's global generator is not where it was: the noise added to the next "
+                    "batch differs. Keep np.random.get_state() and put it back with np.random.set_state().")
+    if report["python"] != state["python"]:
+        raise Wrong("after restore Python's random module is not where it was: the next coin flips differ. "
+                    "Keep random.getstate() and put it back with random.setstate().")
+
+
+def _check_resume(capture, restore):
+    require_function(capture, "capture")
+    require_function(restore, "restore")
+    for fixture in _Q1_FIXTURES:
+        straight, _ = _q1_run(fixture)
+        saved, state = _q1_run(fixture, stop_after=fixture[-1], capture=capture, restore=restore)
+        resumed, report = _q1_run(fixture, resume=saved, capture=capture, restore=restore)
+        _q1_diagnose(fixture, state, report)
+        if not _same(resumed, straight):
+            raise Wrong(f"with {fixture[0]} and a {fixture[1]} schedule, stopped after step {fixture[-1]}, the resumed "
+                        "run ends with different weights from the one that never stopped, although every part "
+                        "checked was restored: does restore draw random numbers after putting the generators back?")
+    return ("the resumed runs end with exactly the same weights as runs never stopped, on three set-ups "
+            "(Adam and SGD with momentum, two schedules, stopped mid-epoch and at an epoch's end).")
+
+
+q1 = Exercise("ep11.q1", _check_resume,
+              hint="Which things change from one step to the next? Each has a state_dict() or a get_state(); "
+                   "restore puts each back and returns where the loop continues.",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q2: an atomic save ---------------------------------------------------------------------
+
+class _Pause:
+    """Pickled in the middle of a save: tells the parent and waits to be killed."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        os.write(self.fd, b"x")
+        time.sleep(30)
+        return (int, (0,))
+
+
+@contextlib.contextmanager
+def _recording():
+    """Record os.fsync, os.replace, os.rename, os.unlink and os.remove calls, in order (and make them)."""
+    events = []
+    real = {name: getattr(os, name) for name in ("fsync", "replace", "rename", "unlink", "remove")}
+
+    def wrap(name):
+        def call(*args, **kwargs):
+            events.append((name, args))
+            return real[name](*args, **kwargs)
+        return call
+
+    for name in real:
+        setattr(os, name, wrap(name))
+    try:
+        yield events
+    finally:
+        for name, fn in real.items():
+            setattr(os, name, fn)
+
+
+def _same_file(a, b) -> bool:
+    return os.path.abspath(os.fspath(a)) == os.path.abspath(os.fspath(b))
+
+
+def _check_atomic(save_checkpoint):
+    require_function(save_checkpoint, "save_checkpoint")
+    old = {"weights": torch.arange(50_000, dtype=torch.float32), "step": 100}
+    with tempfile.TemporaryDirectory(prefix="ep11-q2-") as folder:
+        path = Path(folder) / "checkpoint.pt"
+        with _recording() as events:
+            _call(save_checkpoint, old, path, what="save_checkpoint(state, path)", none_ok=True)
+        if not path.exists():
+            raise Wrong(f"after save_checkpoint(state, path) there is no file at path; found "
+                        f"{sorted(p.name for p in Path(folder).iterdir()) or 'nothing'} in the folder.")
+        try:
+            back = torch.load(path, weights_only=True)
+        except Exception as exc:
+            raise Wrong(f"torch.load cannot read what save_checkpoint wrote ({type(exc).__name__}): write it "
+                        "with torch.save(state, temporary_path).") from None
+        if not (isinstance(back, dict) and back.get("step") == 100 and torch.equal(back["weights"], old["weights"])):
+            raise Wrong("the file save_checkpoint wrote does not hold the state it was given.")
+        _q2_events(events, path)
+        left = sorted(p.name for p in Path(folder).iterdir() if p.name != path.name)
+        if left:
+            raise Wrong(f"after a save that went well the folder still holds {left}: rename the temporary "
+                        "file onto path, do not copy it.")
+        _q2_kill(save_checkpoint, path, old)
+    return ("killed with SIGKILL in the middle of writing, your save left the previous checkpoint whole: "
+            "a temporary file in the same folder, flushed to disk, then renamed over the old one.")
+
+
+def _q2_events(events, path):
+    renames = [args for name, args in events if name in ("replace", "rename") and len(args) >= 2]
+    into = [args for args in renames if _same_file(args[1], path)]
+    if not into:
+        raise Wrong("save_checkpoint never renames a file onto path (os.replace(tmp, path) or "
+                    "Path(tmp).replace(path)). Writing path directly, or copying onto it, means a kill "
+                    "mid-write leaves half a file; only a rename swaps the old file for the new one in one step.")
+    src = into[-1][0]
+    if not _same_file(os.path.dirname(os.path.abspath(os.fspath(src))), path.parent):
+        raise Wrong(f"the temporary file {src} is not in the checkpoint's folder. A rename is atomic only "
+                    "within one file system; across two it fails (or becomes a copy). Put the temporary next "
+                    "to path, e.g. path.with_name(path.name + '.tmp').")
+    rename_at = events.index(next(e for e in events if e[0] in ("replace", "rename") and e[1] is into[-1]))
+    if any(name in ("unlink", "remove") and _same_file(args[0], path) for name, args in events[:rename_at]):
+        raise Wrong("save_checkpoint deletes the old checkpoint before the new one is in place: a kill between "
+                    "the two leaves no checkpoint at all. os.replace(tmp, path) replaces it in one step.")
+    if not any(name == "fsync" for name, _ in events[:rename_at]):
+        raise Wrong("nothing is fsync-ed before the rename: after a crash or power cut the rename can reach the "
+                    "disk before the data, leaving an empty or partial file under the final name. Call "
+                    "f.flush() and os.fsync(f.fileno()) on the temporary file before renaming it.")
+
+
+def _q2_kill(save_checkpoint, path: Path, old: dict) -> None:
+    if not hasattr(os, "fork"):
+        raise NotDone("this check kills a save with SIGKILL in a forked process, which this system (Windows) "
+                      "cannot do; run it on Linux, macOS or Colab.")
+    new = {"weights": torch.zeros(50_000), "step": 200, "pause": None}
+    read_fd, write_fd = os.pipe()
+    new["pause"] = _Pause(write_fd)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)     # "process is multi-threaded, fork() may ..."
+        pid = os.fork()
+    if pid == 0:                                                  # the child: save, and wait to be killed
+        try:
+            os.close(read_fd)
+            save_checkpoint(new, path)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    try:
+        import select
+
+        ready, _, _ = select.select([read_fd], [], [], 20)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read_fd)
+    if not ready:
+        raise Wrong("save_checkpoint(state, path) in a child process never started writing the state with "
+                    "torch.save (the check waited 20 s): save the dict you are given with torch.save.")
+    if not path.exists():
+        raise Wrong("killed mid-save, your save_checkpoint left no checkpoint at all: the old one was gone "
+                    "before the new one was complete.")
+    try:
+        back = torch.load(path, weights_only=False)
+    except Exception as exc:
+        raise Wrong(f"killed mid-save, your save_checkpoint left a half-written file at path: torch.load fails "
+                    f"({type(exc).__name__}). Write to a temporary file first and rename it onto path when it is "
+                    "complete.") from None
+    if not (isinstance(back, dict) and back.get("step") == 100):
+        raise Wrong("killed mid-save, the file at path is not the previous checkpoint.")
+
+
+q2 = Exercise("ep11.q2", _check_atomic,
+              hint="A kill can come between any two lines. Which single operation replaces one file by another "
+                   "so that a reader sees either the old or the new, never half? Where must the new file be "
+                   "for it to work, and what must be on disk before it?",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q3: how often to checkpoint --------------------------------------------------------------
+
+# (seconds per step, seconds per save, interruptions per day)
+_Q3_CASES = [(0.5, 20.0, 2.0), (0.05, 2.0, 24.0), (2.0, 120.0, 0.5), (1.0, 0.1, 1000.0), (10.0, 1.0, 1e4),
+             (0.25, 8.0, 3.0)]
+
+
+def _young_steps(step_s, save_s, per_day):
+    mtbi = 86_400 / per_day
+    return max(1, round(math.sqrt(2 * save_s * mtbi) / step_s))
+
+
+def _check_interval(fn):
+    require_function(fn, "checkpoint_every")
+    for step_s, save_s, per_day in _Q3_CASES:
+        what = f"checkpoint_every({step_s}, {save_s}, {per_day})"
+        got = as_number(what, _call(fn, step_s, save_s, per_day, what=what))
+        want = _young_steps(step_s, save_s, per_day)
+        if got == want or (got == int(got) and got >= 1 and abs(got - want) <= max(1, 0.01 * want)):
+            continue
+        mtbi = 86_400 / per_day
+        alternatives = {
+            "sqrt(save × MTBI) without the 2": math.sqrt(save_s * mtbi) / step_s,
+            "MTBI in hours": math.sqrt(2 * save_s * mtbi / 3600) / step_s,
+            "MTBI in days (the rate's own unit)": math.sqrt(2 * save_s / per_day) / step_s,
+            "the interruption rate used as if it were the time between interruptions": math.sqrt(2 * save_s * per_day) / step_s,
+            "seconds, not steps": math.sqrt(2 * save_s * mtbi),
+            "2 × save × MTBI without the square root": 2 * save_s * mtbi / step_s,
+        }
+        for mistake, value in alternatives.items():
+            if math.isclose(got, value, rel_tol=0.02) or (value >= 0.5 and abs(got - round(value)) <= 1
+                                                          and abs(round(value) - want) > 1):
+                raise Wrong(f"{what} is {got:g}: {mistake}. Young's interval is √(2 × save time × mean time between "
+                            f"interruptions), with the mean time in seconds (86 400 / interruptions per day), "
+                            f"then divided by the step time: {want} steps.")
+        if got != int(got):
+            raise Wrong(f"{what} is {got:g}; return a whole number of steps (round it).")
+        if got < 1:
+            raise Wrong(f"{what} is {got:g}: at least one step must pass between checkpoints (use max(1, ...)).")
+        raise Wrong(f"{what} is {got:g}, expected {want} steps: √(2 × {save_s:g} s × {mtbi:g} s) / {step_s:g} s.")
+    return ("Young's first-order interval √(2δM): save less often when saving is slow or interruptions rare, "
+            "more often when they are frequent. Daly (2006) refines it to √(2δM) − δ for large δ.")
+
+
+q3 = Exercise("ep11.q3", _check_interval,
+              hint="What is the mean time between interruptions in seconds, if there are `interruptions_per_day` "
+                   "a day? Young's formula gives the interval in seconds; the answer is in steps.",
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q4: is the run input-bound? ----------------------------------------------------------------
+
+def _traces():
+    """Named fixtures: (trace, input-bound?, what a wrong verdict on it means)."""
+    rng = np.random.default_rng(9)
+
+    def noisy(level, n, spread=3):
+        return np.clip(level + rng.normal(0, spread, n), 1, 100)
+
+    idle = np.zeros
+    saw = np.tile([100, 100, 100, 100, 0, 0, 0], 20).astype(float)        # median 100, mean 57
+    dips = noisy(96, 120)
+    dips[::30] = 0
+    dips[1::30] = 0
+    return [
+        ("fed, with idle seconds before the first step and after the last",
+         np.concatenate([idle(40), noisy(95, 80), idle(30)]), False,
+         "the run was busy about 95 % of the time while it trained; the idle samples before the first step and "
+         "after the last are not training. Look only from the first busy sample to the last"),
+        ("starved: busy in bursts, idle while it waits for each batch",
+         saw, True, "most samples read 100 %, but the median and the maximum hide the waits. Use the mean over "
+                    "the training window"),
+        ("starved at a steady 45 %", np.concatenate([idle(5), noisy(45, 100), idle(5)]), True,
+         "busy 45 % of the time while training is input-bound"),
+        ("fed, with two short dips for checkpoints", dips, False,
+         "two short dips (a checkpoint being saved) do not make a run input-bound: its mean is above 80 %. "
+         "Do not judge by the lowest sample"),
+        ("starved at 70 %", noisy(70, 100), True,
+         "70 % is below the 80 % line: a third of the time the GPU waits"),
+        ("fed at 88 %, starting at once", np.concatenate([noisy(88, 60), idle(3)]), False,
+         "88 % is above the 80 % line"),
+    ]
+
+
+def _check_trace(fn):
+    require_function(fn, "input_bound")
+    for name, trace, truth, why in _traces():
+        what = f"input_bound(<{name}>)"
+        got = _call(fn, list(trace), what=what)
+        if isinstance(got, (np.bool_,)):
+            got = bool(got)
+        if not isinstance(got, bool):
+            raise Wrong(f"{what} returned {describe(got)}; return True (input-bound) or False.")
+        if got != truth:
+            verdict = "input-bound" if got else "fed"
+            busy = [i for i, u in enumerate(trace) if u > 5]
+            mean = float(np.mean(trace[busy[0]: busy[-1] + 1]))
+            raise Wrong(f"you called the trace '{name}' {verdict}: {why} (busy {mean:.0f} % of the time while "
+                        "training; the line is 80 %).")
+    return ("you read six traces right: the mean utilisation from the first busy sample to the last, against "
+            "the 80 % line, ignoring the idle start and end.")
+
+
+q4 = Exercise("ep11.q4", _check_trace,
+              hint="Which samples belong to the training itself? And which single number says what share of "
+                   "that time the device was busy: the mean, the median or the smallest sample?",
+              solution=solution_link(NOTEBOOK))
