@@ -58,6 +58,20 @@ def test_every_toc_page_is_built(site):
     assert (site / "index.html").exists()
 
 
+def test_moved_pages_redirect_to_where_they_went(site):
+    import yaml
+
+    redirects = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]["redirects"]
+    assert "episodes/06-faster-training" in redirects and "episodes/07-more-than-one-gpu" in redirects
+    for old, new in redirects.items():
+        target = (site / old).parent / new
+        assert target.exists(), f"{old} redirects to {new}, which was not built"
+        assert not (ROOT / f"{old}.ipynb").exists(), f"{old} is a page again: drop its redirect"
+        html = (site / f"{old}.html").read_text()
+        assert f'content="0; url={new}"' in html and f'<a href="{new}">' in html, f"{old}.html does not redirect"
+        assert "has moved" in html
+
+
 def test_episodes_and_solutions_were_executed(site):
     for page in coursetools.toc_files():
         if page.startswith(("episodes/", "solutions/")):
