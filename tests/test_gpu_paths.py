@@ -69,6 +69,25 @@ def test_cuda_meter_takes_every_way_of_naming_a_device(spec, index):
         assert torch.cuda.get_per_process_memory_fraction(index) == 1.0
 
 
+def test_a_cuda_meter_is_a_context_that_lets_errors_through():
+    with fake_gpu("L4") as gpu:
+        with pytest.raises(torch.OutOfMemoryError):
+            with memory.meter_for("cuda") as meter:
+                gpu.allocate(MIB)
+                assert meter.peak() >= MIB
+                raise torch.OutOfMemoryError("CUDA out of memory")
+
+
+def test_a_checkpoint_from_more_gpus_than_this_machine_has_starts_the_cuda_generators_afresh(capsys):
+    from gpucourse import checkpoint
+
+    state = checkpoint.rng_state()
+    state["cuda"] = [torch.zeros(16, dtype=torch.uint8)] * 2     # written on two GPUs
+    with fake_gpu("T4", 1):
+        checkpoint.set_rng_state(state)
+    assert "2 CUDA generator states and this machine 1 GPUs" in capsys.readouterr().out
+
+
 def test_a_cuda_budget_raises_the_gpus_error_beyond_it():
     with fake_gpu("H100") as gpu:
         meter = memory.meter_for(torch.device("cuda"))
