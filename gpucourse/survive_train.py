@@ -105,21 +105,21 @@ def main(argv=None) -> None:
         torch.set_num_threads(threads)   # called in a notebook: give the kernel its threads back
 
 
-def _save(ckpt: dict, path: Path, pause: float) -> None:
-    if not pause:
-        return checkpoint.save(ckpt, path)
-
-    def slowly(tmp):             # the same bytes, with a pause in the middle (tests kill us there)
-        buffer = io.BytesIO()
-        torch.save(ckpt, buffer)
-        data = buffer.getvalue()
-        with open(tmp, "wb") as fh:
-            fh.write(data[: len(data) // 2])
-            fh.flush()
-            print("saving: half written", flush=True)
-            time.sleep(pause)
-            fh.write(data[len(data) // 2:])
-    save_atomic(slowly, path)
+def _saving_slowly(pause: float):
+    """``checkpoint.save`` with a pause halfway through writing the file (tests kill the run there)."""
+    def save(ckpt: dict, path: Path) -> None:
+        def slowly(tmp):         # the same bytes as checkpoint.save writes, with a pause in the middle
+            buffer = io.BytesIO()
+            torch.save(ckpt, buffer)
+            data = buffer.getvalue()
+            with open(tmp, "wb") as fh:
+                fh.write(data[: len(data) // 2])
+                fh.flush()
+                print("saving: half written", flush=True)
+                time.sleep(pause)
+                fh.write(data[len(data) // 2:])
+        save_atomic(slowly, path)
+    return save
 
 
 def _leave_out(ckpt: dict, parts, optimizer, scheduler) -> dict:
@@ -166,10 +166,12 @@ def train(args, device: torch.device) -> None:
     scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
     loss_fn = nn.BCEWithLogitsLoss()
 
+    save = _saving_slowly(args.slow_save) if args.slow_save else checkpoint.save
     path = args.out / "checkpoint.pt"
     epoch, step = 0, 0
     if path.exists():                    # resume: the last complete checkpoint
-        ckpt = _leave_out(checkpoint.load(path, device), args.forget, optimizer, scheduler)
+        ckpt = checkpoint.load(path, device)
+        ckpt = _leave_out(ckpt, args.forget, optimizer, scheduler)    # --forget: the demonstration only
         epoch, step = checkpoint.restore(ckpt, model, optimizer, scaler, scheduler)
         say(f"resumed from {path.name}: epoch {epoch}, step {step} of {steps_per_epoch}")
     else:
@@ -185,7 +187,7 @@ def train(args, device: torch.device) -> None:
             say(f"step {done} loss {loss:.5f}")
             stopping = done == args.stop_after or bool(_stop)
             if done % args.every == 0 or stopping:
-                _save(checkpoint.capture(model, optimizer, scaler, scheduler, epoch, step), path, args.slow_save)
+                save(checkpoint.capture(model, optimizer, scaler, scheduler, epoch, step), path)
             if stopping:
                 say(f"stopped after step {done}, checkpoint saved" + (f" (signal {_stop[0]})" if _stop else ""))
                 if _stop:

@@ -321,3 +321,23 @@ def test_qlora_says_why_it_cannot_run(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a))
     assert "pip install bitsandbytes" in llm.bitsandbytes_status(on_gpu=True)
+
+
+# --- hints ------------------------------------------------------------------------------------------
+
+CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "sqrt", "√", "86_400", "86400", "os.", "torch.",
+        "np.", "llm.", "math.", "state_dict", "getstate", "get_state", "fsync", "replace(", "config.", "_proj ")
+
+
+@pytest.mark.parametrize("exercise", [ep10.q1, ep10.q2, ep10.q3, ep10.q4], ids=lambda q: q.name)
+def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
+    question, method = exercise.hints                  # exactly two steps: a question, then the method
+    assert question.rstrip().endswith("?"), question
+    assert "?" not in method, method
+    for hint in exercise.hints:
+        assert not [code for code in CODE if code in hint], (exercise.name, hint)
+    exercise.hint()
+    first = capsys.readouterr().out
+    assert question in first and method not in first and "hint(2)" in first
+    exercise.hint(2)
+    assert method in capsys.readouterr().out

@@ -316,3 +316,23 @@ Q4_WRONG = [
 @pytest.mark.parametrize("fn, words", Q4_WRONG)
 def test_q4_wrong(fn, words):
     assert_wrong(ep11.q4, (fn,), words)
+
+
+# --- hints ------------------------------------------------------------------------------------------
+
+CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "sqrt", "√", "86_400", "86400", "os.", "torch.",
+        "np.", "llm.", "math.", "state_dict", "getstate", "get_state", "fsync", "replace(", "config.", "_proj ")
+
+
+@pytest.mark.parametrize("exercise", [ep11.q1, ep11.q2, ep11.q3, ep11.q4], ids=lambda q: q.name)
+def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
+    question, method = exercise.hints                  # exactly two steps: a question, then the method
+    assert question.rstrip().endswith("?"), question
+    assert "?" not in method, method
+    for hint in exercise.hints:
+        assert not [code for code in CODE if code in hint], (exercise.name, hint)
+    exercise.hint()
+    first = capsys.readouterr().out
+    assert question in first and method not in first and "hint(2)" in first
+    exercise.hint(2)
+    assert method in capsys.readouterr().out

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import os
 import random
+import re
 import signal
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from gpucourse import checkpoint, survive
+from gpucourse import checkpoint, survive, survive_train
 
 OPTS = dict(epochs=2, samples=512, batch=32, every=5)     # 32 steps
 TIMEOUT = 120
@@ -148,3 +152,36 @@ def test_where_to_keep(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
     monkeypatch.setattr(checkpoint, "KAGGLE", tmp_path / "kaggle" / "working")
     assert checkpoint.where_to_keep("ep11") == tmp_path / "kaggle" / "working" / "checkpoints" / "ep11"
+
+
+EPISODE = Path(__file__).resolve().parents[1] / "episodes" / "11-runs-that-survive.ipynb"
+
+
+def _shown_code() -> list[str]:
+    """The ```python blocks of episode 11's markdown: the code a learner reads there."""
+    cells = json.loads(EPISODE.read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+@pytest.mark.parametrize("fn", [checkpoint.capture, checkpoint.restore, checkpoint.save, checkpoint.load],
+                         ids=lambda fn: fn.__name__)
+def test_the_episode_shows_the_checkpoint_functions_that_run(fn):
+    """The notebook shows these functions as code; the module is the one implementation. Kept in step."""
+    assert any(inspect.getsource(fn) in block for block in _shown_code()), (
+        f"episode 11 does not show checkpoint.{fn.__name__} as gpucourse/checkpoint.py has it now: "
+        "copy the function into its ```python block again")
+
+
+def test_the_episode_shows_lines_of_the_training_loop_that_run():
+    """Each line shown of survive_train.train is in it, in the same order and nesting ('...' skips lines)."""
+    loop = [block for block in _shown_code() if "while epoch < args.epochs" in block]
+    assert len(loop) == 1, "episode 11 should show the training loop's key lines once"
+    body = [line[4:].rstrip() for line in inspect.getsource(survive_train.train).splitlines()]
+    at = 0
+    for line in loop[0].splitlines():
+        if not line.strip() or line.strip() == "...":
+            continue
+        assert line.rstrip() in body[at:], (f"episode 11 shows {line.strip()!r}, which survive_train.train does not "
+                                            "have (at this place): bring the notebook's block in step with it")
+        at = body.index(line.rstrip(), at) + 1

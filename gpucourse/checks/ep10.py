@@ -172,9 +172,11 @@ def _check_kv_cache(kv_cache_bytes):
 
 
 q1 = Exercise("ep10.q1", _check_kv_cache,
-              hint="What does one layer keep for one token of one sequence: how many heads' worth of keys, and of "
-                   "values, each of head_dim numbers? Which config attribute counts the heads the cache keeps, and "
-                   "how many bytes is one number of this dtype? Then multiply by layers, tokens and batch.",
+              hint=("What does one attention layer keep for one token of one sequence, and for how many heads: the query "
+                    "heads or the key/value heads?",
+                    "Multiply two (keys and values) by the layers, the key/value heads, the head dimension and the bytes "
+                    "of one value in the dtype; that is one token of one sequence. Then scale by the tokens and the "
+                    "batch. Read every size from the configuration, not from the hidden size."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -234,9 +236,10 @@ def _check_floor(decode_floor_ms):
 
 
 q2 = Exercise("ep10.q2", _check_floor,
-              hint="At batch 1, each new token reads every weight once. How many bytes is that, and how long does "
-                   "the GPU take to read them at its bandwidth (llm.gpus()[gpu]['bandwidth_gbs'], in 10**9 bytes/s)? "
-                   "Return milliseconds.",
+              hint=("At batch 1, what must the GPU read from its memory to write one new token, and how fast can it read?",
+                    "Count the weight bytes (parameters times bytes per value) and divide them by the GPU's bandwidth from "
+                    "the course's GPU table, turned from GB/s (10⁹ bytes per second) into bytes per second. "
+                    "The result is in seconds; the answer is in milliseconds."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -309,9 +312,11 @@ def _check_context(max_context):
 
 
 q3 = Exercise("ep10.q3", _check_context,
-              hint="How many bytes are left once the weights (parameters × bytes per value; llm.count_parameters "
-                   "counts the parameters) are in memory? How many bytes does one more token cost for the whole "
-                   "batch? The answer is a whole number of tokens that must not overflow, and never negative.",
+              hint=("Once the weights are in memory, how many bytes are left, and what does one more token cost for the "
+                    "whole batch?",
+                    "Take the weight bytes (count the parameters of the configuration) from the memory, divide what is "
+                    "left by the KV cache bytes of one token for the whole batch, and round down to whole tokens; "
+                    "when the weights alone do not fit, no context fits."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -400,9 +405,11 @@ def _check_lora(lora_trainable):
 
 
 q4 = Exercise("ep10.q4", _check_lora,
-              hint="For one linear layer W (out × in), LoRA adds A and B: what are their shapes for rank r? Which "
-                   "(in, out) does each target have (q_proj and o_proj use the query heads, k_proj and v_proj the "
-                   "KV heads, the MLP intermediate_size)? How many layers have them?",
+              hint=("For one linear layer of out × in, what shapes do LoRA's two matrices have at rank r, and so how "
+                    "many numbers do they add?",
+                    "Add that count for each targeted projection, with its own in and out read from the configuration "
+                    "(the query and output projections use the query heads, the key and value projections the "
+                    "key/value heads, the MLP's projections its intermediate size), then multiply by the layers."),
               solution=solution_link(NOTEBOOK))
 
 

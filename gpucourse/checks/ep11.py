@@ -202,8 +202,11 @@ def _check_resume(capture, restore):
 
 
 q1 = Exercise("ep11.q1", _check_resume,
-              hint="Which things change from one step to the next? Each has a state_dict() or a get_state(); "
-                   "restore puts each back and returns where the loop continues.",
+              hint=("Which things change from one training step to the next, counting the generators that only draw "
+                    "random numbers?",
+                    "Keep the state of each (model, optimizer and scheduler each have one, and each of the three random "
+                    "generators can report its own) with the epoch and step. Restore loads each back into the "
+                    "fresh objects, the generators last, and hands back where the loop continues."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -337,9 +340,10 @@ def _q2_kill(save_checkpoint, path: Path, old: dict) -> None:
 
 
 q2 = Exercise("ep11.q2", _check_atomic,
-              hint="A kill can come between any two lines. Which single operation replaces one file by another "
-                   "so that a reader sees either the old or the new, never half? Where must the new file be "
-                   "for it to work, and what must be on disk before it?",
+              hint=("A kill can come between any two lines. Which single file operation swaps an old file for a new one, "
+                    "so that a reader sees one or the other, never half?",
+                    "Write the whole state to a temporary file in the same folder, flush it and force it to the disk, "
+                    "and only then rename it over the checkpoint. Never delete or overwrite the old file first."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -388,8 +392,11 @@ def _check_interval(fn):
 
 
 q3 = Exercise("ep11.q3", _check_interval,
-              hint="What is the mean time between interruptions in seconds, if there are `interruptions_per_day` "
-                   "a day? Young's formula gives the interval in seconds; the answer is in steps.",
+              hint=("What is the mean time between interruptions in seconds, when there are interruptions_per_day of them "
+                    "a day?",
+                    "Put the save time and that mean time into Young's formula from the episode's section 3, which gives "
+                    "seconds between saves; divide by the step time and round to a whole number of steps, at "
+                    "least one."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -447,6 +454,8 @@ def _check_trace(fn):
 
 
 q4 = Exercise("ep11.q4", _check_trace,
-              hint="Which samples belong to the training itself? And which single number says what share of "
-                   "that time the device was busy: the mean, the median or the smallest sample?",
+              hint=("Which samples belong to the training itself, and which single number says what share of that time "
+                    "the device was busy: the mean, the median or the smallest sample?",
+                    "Keep the samples from the first one above 5 % to the last one above 5 %, average them, and compare "
+                    "the average with the 80 % line: below it, the run is input-bound."),
               solution=solution_link(NOTEBOOK))
