@@ -20,38 +20,64 @@ from checking import assert_wrong, outcome
 
 
 
-# ------------------------------------------------------------------ q1: TFLOP/s
-def right_tflops(n, seconds):
-    return 2 * n**3 / seconds / 1e12
+# ------------------------------------------------------------------ q1: a Linear layer's training step
+def right_step(batch, d_in, d_out, seconds):
+    flops = 2 * batch * d_in * d_out * 3          # forward, and backward's two products
+    return flops, flops / seconds / 1e12
+
+
+def step_with(flops_fn, rate_fn=None):
+    """A linear_step whose FLOPs follow ``flops_fn`` and whose rate follows ``rate_fn`` (default: right)."""
+    def linear_step(b, i, o, s):
+        flops = flops_fn(b, i, o)
+        return flops, (rate_fn or (lambda f, s: f / s / 1e12))(flops, s)
+    return linear_step
 
 
 def test_q1_right_answer():
-    result, message = outcome(ep01.q1, right_tflops)
+    result, message = outcome(ep01.q1, right_step)
     assert result == "correct", message
-    assert outcome(ep01.q1, lambda n, s: np.float32(2 * n**3 / s / 1e12))[0] == "correct"
+    with_bias = step_with(lambda b, i, o: 6 * b * i * o + 2 * b * o)     # bias forward and its gradient
+    assert outcome(ep01.q1, with_bias)[0] == "correct"
+    numpy_scalars = lambda b, i, o, s: (np.int64(6 * b * i * o), np.float32(6 * b * i * o / s / 1e12))  # noqa: E731
+    assert outcome(ep01.q1, numpy_scalars)[0] == "correct"
 
 
 Q1_WRONG = [
-    pytest.param(lambda n, s: n**3 / s / 1e12, "n³ FLOPs", id="n-cubed-not-2n-cubed"),
-    pytest.param(lambda n, s: (2 * n ^ 3) / s / 1e12, "XOR", id="xor-power"),
-    pytest.param(lambda n, s: 2 * n**2 / s / 1e12, "matrix–VECTOR", id="n-squared"),
-    pytest.param(lambda n, s: 2 * n**3 / s / 1e9, "GFLOP/s", id="gflops"),
-    pytest.param(lambda n, s: 2 * n**3 / s, "FLOP/s; divide by 1e12", id="flops"),
-    pytest.param(lambda n, s: 2 * n**3 / (s * 1e3) / 1e12, "milliseconds", id="seconds-as-ms"),
-    pytest.param(lambda n, s: 2 * n**3 / s / 1e15, "1000× too small", id="peta"),
-    pytest.param(lambda n, s: s / (2 * n**3) * 1e12, "upside down", id="upside-down"),
-    pytest.param(lambda n, s: 2 * n**3 / 1e12, "divide by seconds", id="no-seconds"),
-    pytest.param(lambda n, s: 2 * n**3 // s // 10**12, "integer division", id="floor-division"),
-    pytest.param(lambda n, s: round(2 * n**3 / s / 1e12, 2), "round", id="rounded"),
-    pytest.param(lambda n, s: 2.749, ["for each of 4", "do not type it in"], id="constant-right-for-one-case"),
-    pytest.param(lambda n, s: 2 * 4096**3 / s / 1e12, "type in n = 4096", id="hard-coded-n"),
-    pytest.param(lambda n, s: str(2 * n**3 / s / 1e12), "text in quotes", id="string"),
-    pytest.param(lambda n, s: [2 * n**3 / s / 1e12], "should be a number, got list", id="list"),
-    pytest.param(lambda n, s: True, "should be a number, got bool", id="bool"),
-    pytest.param(lambda n, s: float("nan"), "finite", id="nan"),
-    pytest.param(lambda n: 1.0, "raised TypeError", id="wrong-signature"),
+    # the FLOPs
+    pytest.param(step_with(lambda b, i, o: 2 * b * i * o), ["forward pass alone", "backward"], id="forgot-backward"),
+    pytest.param(step_with(lambda b, i, o: 4 * b * i * o), ["Backward counted as ONE product", "weights"],
+                 id="backward-one-product"),
+    pytest.param(step_with(lambda b, i, o: 3 * b * i * o), ["multiply-adds", "2 FLOPs"], id="multiply-add-one-flop"),
+    pytest.param(step_with(lambda b, i, o: b * i * o), ["multiply-adds of the forward pass alone"],
+                 id="forward-multiply-adds"),
+    pytest.param(step_with(lambda b, i, o: 12 * b * i * o), "Twice too many", id="double-counted"),
+    pytest.param(step_with(lambda b, i, o: 6 * i * o), "grow with the batch", id="no-batch"),
+    pytest.param(step_with(lambda b, i, o: 6 * b * (i + o)), "multiply the three sizes", id="sizes-added"),
+    pytest.param(step_with(lambda b, i, o: 6 * 64 * 1024 * 1024), ["type in numbers", "Use the arguments"],
+                 id="hard-coded-first-case"),
+    # the rate
+    pytest.param(step_with(lambda b, i, o: 6 * b * i * o, lambda f, s: f / s / 2**40), ["10¹², not 2⁴⁰"],
+                 id="tera-as-2-to-40"),
+    pytest.param(step_with(lambda b, i, o: 6 * b * i * o, lambda f, s: f / s / 1e9), "GFLOP/s", id="gflops"),
+    pytest.param(step_with(lambda b, i, o: 6 * b * i * o, lambda f, s: f / s), "That is FLOP/s", id="flops-per-s"),
+    pytest.param(step_with(lambda b, i, o: 6 * b * i * o, lambda f, s: f / (s * 1e3) / 1e12), "milliseconds",
+                 id="seconds-as-ms"),
+    pytest.param(step_with(lambda b, i, o: 6 * b * i * o, lambda f, s: f / 1e12), "divide by seconds",
+                 id="no-seconds"),
+    pytest.param(step_with(lambda b, i, o: 6 * b * i * o, lambda f, s: s / f * 1e12), "upside down",
+                 id="rate-upside-down"),
+    pytest.param(step_with(lambda b, i, o: 6 * b * i * o, lambda f, s: f // s // 10**12), "integer division",
+                 id="floor-division"),
+    # types and shapes
+    pytest.param(lambda b, i, o, s: 6 * b * i * o / s / 1e12, "return two values", id="only-the-rate"),
+    pytest.param(lambda b, i, o, s: (6 * b * i * o, 1.0, 2.0), "return two values", id="three-values"),
+    pytest.param(lambda b, i, o, s: (str(6 * b * i * o), 1.0), "text in quotes", id="flops-string"),
+    pytest.param(lambda b, i, o, s: (6 * b * i * o, [1.0]), "got list", id="rate-list"),
+    pytest.param(lambda b, i, o, s: (float("nan"), 1.0), "finite", id="nan"),
+    pytest.param(lambda n, s: (2 * n**3, 1.0), "raised TypeError", id="old-signature"),
     pytest.param(3.5, "function itself", id="number-not-function"),
-    pytest.param("matmul_tflops", "function itself", id="name-in-quotes"),
+    pytest.param("linear_step", "function itself", id="name-in-quotes"),
 ]
 
 
@@ -60,94 +86,118 @@ def test_q1_wrong_answers_name_the_mistake(fn, words):
     assert_wrong(ep01.q1, (fn,), words)
 
 
-def test_q1_wrong_number_messages_give_expected_and_got():
-    message = assert_wrong(ep01.q1, (lambda n, s: n**3 / s / 1e12,), "n³ FLOPs")
-    assert "returned" in message and "expected" in message and "TFLOP/s" in message
+def test_q1_wrong_messages_give_expected_and_got():
+    message = assert_wrong(ep01.q1, (step_with(lambda b, i, o: 2 * b * i * o),), "backward")
+    assert "flops is" in message and "expected" in message
 
 
 def test_q1_stub_is_not_done():
+    def stub(batch, d_in, d_out, seconds):
+        flops = ____
+        tflops = ____
+        return flops, tflops
+
+    assert outcome(ep01.q1, stub)[0] == "not-done"
     assert outcome(ep01.q1, ____)[0] == "not-done"
-    assert outcome(ep01.q1, lambda n, s: ____)[0] == "not-done"
-    result, message = outcome(ep01.q1, lambda n, s: None)
+    result, message = outcome(ep01.q1, lambda b, i, o, s: None)
     assert result == "not-done" and "forget `return`" in message
+    # a wrong first part is named even while the second is still blank
+    result, message = outcome(ep01.q1, lambda b, i, o, s: (2 * b * i * o, ____))
+    assert result == "not-done" and "backward" in message
 
 
-# ------------------------------------------------------------------ q2: roofline
-def right_roofline(n, peak_tflops, bandwidth_gbs):
-    ridge = peak_tflops * 1e12 / (bandwidth_gbs * 1e9)
-    intensity = 2 * n**3 / (3 * n * n * 4)
-    return ridge, intensity, "compute" if intensity > ridge else "memory"
+# ------------------------------------------------------------------ q2: roofline of a Linear layer
+def right_roofline(batch, d_in, d_out, dtype_bytes, peak_tflops, bandwidth_gbs):
+    flops = 2 * batch * d_in * d_out
+    nbytes = dtype_bytes * (batch * d_in + d_in * d_out + batch * d_out)
+    peak, bandwidth = peak_tflops * 1e12, bandwidth_gbs * 1e9
+    intensity = flops / nbytes
+    return intensity, "compute" if intensity > peak / bandwidth else "memory", max(flops / peak, nbytes / bandwidth)
 
 
-def with_bound(rule):
-    """A roofline whose ridge and intensity are right, and whose bound follows ``rule``."""
-    def roofline(n, peak, bw):
-        ridge, intensity, _ = right_roofline(n, peak, bw)
-        return ridge, intensity, rule(n, ridge, intensity)
-    return roofline
-
-
-def with_ridge(ridge_fn):
-    def roofline(n, peak, bw):
-        _, intensity, bound = right_roofline(n, peak, bw)
-        return ridge_fn(peak, bw), intensity, bound
-    return roofline
-
-
-def with_intensity(intensity_fn):
-    def roofline(n, peak, bw):
-        ridge, _, bound = right_roofline(n, peak, bw)
-        return ridge, intensity_fn(n), bound
-    return roofline
+def roofline_with(intensity=None, bound=None, floor=None):
+    """A linear_roofline that is right except for the parts given, each a function of the arguments
+    and of the right (intensity, bound, floor, flops, bytes, compute_s, memory_s)."""
+    def linear_roofline(b, i, o, d, p, bw):
+        right = right_roofline(b, i, o, d, p, bw)
+        flops, nbytes = 2 * b * i * o, d * (b * i + i * o + b * o)
+        facts = dict(args=(b, i, o, d, p, bw), intensity=right[0], bound=right[1], floor=right[2], flops=flops,
+                     nbytes=nbytes, compute_s=flops / (p * 1e12), memory_s=nbytes / (bw * 1e9))
+        return tuple(part(facts) if part else value for part, value in zip((intensity, bound, floor), right))
+    return linear_roofline
 
 
 def test_q2_right_answer():
     result, message = outcome(ep01.q2, right_roofline)
     assert result == "correct", message
-    assert "memory-bound" in message
+    assert "memory-bound on every GPU" in message
 
 
-@pytest.mark.parametrize("bound", ["Memory", " memory ", "memory-bound", "Memory bound"])
-def test_q2_bound_spelling_is_forgiven(bound):
-    def roofline(n, peak, bw):
-        ridge, intensity, word = right_roofline(n, peak, bw)
-        return ridge, intensity, bound if word == "memory" else word
-    assert outcome(ep01.q2, roofline)[0] == "correct"
+@pytest.mark.parametrize("word", ["Memory", " memory ", "memory-bound", "Memory bound"])
+def test_q2_bound_spelling_is_forgiven(word):
+    assert outcome(ep01.q2, roofline_with(bound=lambda f: word if f["bound"] == "memory" else "compute"))[0] \
+        == "correct"
+
+
+def test_q2_cases_are_on_both_sides_and_far_from_the_ridge():
+    """No constant verdict passes, and no case is close enough to its ridge for rounding to decide it."""
+    sides = set()
+    for gpu, peak, bw, b, i, o, d in ep01.Q2_CASES:
+        intensity, bound, _ = right_roofline(b, i, o, d, peak, bw)
+        ridge = peak * 1e3 / bw
+        assert max(intensity, ridge) / min(intensity, ridge) > 1.5, gpu
+        sides.add(bound)
+    assert sides == {"compute", "memory"}
+
+
+def _float16_as_4_bytes(f):
+    b, i, o, d, p, bw = f["args"]
+    return 2 * b * i * o / (4 * (b * i + i * o + b * o))
 
 
 Q2_WRONG = [
-    # the ridge point
-    pytest.param(with_ridge(lambda p, b: b * 1e9 / (p * 1e12)), "Upside down", id="ridge-upside-down"),
-    pytest.param(with_ridge(lambda p, b: p / b), ["0.001×", "mind the units"], id="ridge-no-units"),
-    pytest.param(with_ridge(lambda p, b: p * 1e12 / b), ["mind the units", "e9 bytes/s"], id="ridge-only-flops-converted"),
-    pytest.param(with_ridge(lambda p, b: p * 1e12 / (b * 2**30)), "2³⁰", id="ridge-gib"),
-    pytest.param(with_ridge(lambda p, b: 8.1e12 / 320e9), ["T4's ridge", "A100"], id="ridge-t4-constant"),
-    # the arithmetic intensity
-    pytest.param(with_intensity(lambda n: n**3 / (3 * n * n * 4)), "n³ FLOPs", id="intensity-n-cubed"),
-    pytest.param(with_intensity(lambda n: 2 * n**3 / (3 * n * n * 8)), "8 bytes", id="intensity-float64"),
-    pytest.param(with_intensity(lambda n: 2 * n**3 / (3 * n * n)), "not bytes", id="intensity-elements"),
-    pytest.param(with_intensity(lambda n: 2 * n**3 / (n * n * 4)), "all three matrices", id="intensity-one-matrix"),
-    pytest.param(with_intensity(lambda n: 3 * n * n * 4 / (2 * n**3)), "Upside down", id="intensity-upside-down"),
-    pytest.param(with_intensity(lambda n: 64 / 6), ["n = 64", "argument n"], id="intensity-n64-constant"),
+    # the intensity
+    pytest.param(roofline_with(intensity=lambda f: f["intensity"] / 2), "multiply-adds", id="intensity-no-factor-2"),
+    pytest.param(roofline_with(intensity=lambda f: f["intensity"] * f["args"][3]), "numbers, not bytes",
+                 id="intensity-elements"),
+    pytest.param(roofline_with(intensity=_float16_as_4_bytes), ["4 bytes per number", "dtype_bytes"],
+                 id="intensity-always-float32"),
+    pytest.param(roofline_with(intensity=lambda f: f["flops"] / (f["args"][3] * f["args"][1] * f["args"][2])),
+                 "only the weights", id="intensity-weights-only"),
+    pytest.param(roofline_with(intensity=lambda f: 1 / f["intensity"]), "Upside down", id="intensity-upside-down"),
+    pytest.param(roofline_with(intensity=lambda f: f["args"][1] / 6), ["SQUARE", "n/6"], id="square-matmul-formula"),
+    pytest.param(roofline_with(intensity=lambda f: 0.4997559785261103), ["type in numbers"],
+                 id="intensity-first-case-constant"),
     # the verdict
-    pytest.param(with_bound(lambda n, r, i: "memory"), ["expected 'compute'", "above the ridge", "for all 6 cases"],
+    pytest.param(roofline_with(bound=lambda f: "memory"), ["expected 'compute'", "above the ridge", "for all 7 cases"],
                  id="always-memory"),
-    pytest.param(with_bound(lambda n, r, i: "compute"), ["expected 'memory'", "below the ridge", "for all 6 cases"],
+    pytest.param(roofline_with(bound=lambda f: "compute"), ["expected 'memory'", "below the ridge", "for all 7 cases"],
                  id="always-compute"),
-    pytest.param(with_bound(lambda n, r, i: "memory" if i > r else "compute"), "wrong way round", id="bound-reversed"),
-    pytest.param(with_bound(lambda n, r, i: "compute" if i >= 25.3 else "memory"), "memory-bound",
-                 id="t4-ridge-for-every-gpu"),
-    pytest.param(with_bound(lambda n, r, i: "compute" if n > r else "memory"), "compare n itself", id="n-vs-ridge"),
-    pytest.param(with_bound(lambda n, r, i: "fast"), "'compute' or 'memory'", id="bound-other-word"),
-    pytest.param(with_bound(lambda n, r, i: i > r), "got bool", id="bound-bool"),
+    pytest.param(roofline_with(bound=lambda f: "memory" if f["bound"] == "compute" else "compute"),
+                 "wrong way round", id="bound-reversed"),
+    pytest.param(roofline_with(bound=lambda f: "compute" if f["intensity"] > f["args"][4] / f["args"][5] else "memory"),
+                 ["expected 'memory'", "ridge point"], id="ridge-without-units"),
+    pytest.param(roofline_with(bound=lambda f: "fast"), "'compute' or 'memory'", id="bound-other-word"),
+    pytest.param(roofline_with(bound=lambda f: f["bound"] == "compute"), "got bool", id="bound-bool"),
+    # the floor
+    pytest.param(roofline_with(floor=lambda f: f["compute_s"] + f["memory_s"]), ["added the two times", "LONGER"],
+                 id="floor-sum"),
+    pytest.param(roofline_with(floor=lambda f: min(f["compute_s"], f["memory_s"])), ["the shorter of the two", "LONGER"],
+                 id="floor-min"),
+    pytest.param(roofline_with(floor=lambda f: f["memory_s"]), ["compute-bound", "the compute time"],
+                 id="floor-always-memory-time"),
+    pytest.param(roofline_with(floor=lambda f: f["compute_s"]), ["memory-bound", "the memory time"],
+                 id="floor-always-compute-time"),
+    pytest.param(roofline_with(floor=lambda f: f["floor"] * 1e3), "milliseconds", id="floor-ms"),
+    pytest.param(roofline_with(floor=lambda f: max(f["compute_s"], f["nbytes"] / (f["args"][5] * 2**30))),
+                 "not 2³⁰", id="floor-gib"),
     # types and shapes
-    pytest.param(lambda n, p, b: (str(p * 1e3 / b), n / 6, "memory"), "text in quotes", id="ridge-string"),
-    pytest.param(lambda n, p, b: (p * 1e3 / b, [n / 6], "memory"), "got list", id="intensity-list"),
-    pytest.param(lambda n, p, b: (p * 1e3 / b, n / 6), "three values", id="two-values"),
-    pytest.param(lambda n, p, b: "memory", "three values", id="only-the-verdict"),
-    pytest.param(lambda n, p, b: (25.3125, 10.67, "memory"), "type in n = 64", id="t4-n64-constants"),
-    pytest.param(lambda n, p, b: (float("nan"), n / 6, "memory"), "finite", id="nan"),
-    pytest.param((25.3125, 10.67, "memory"), "function itself", id="numbers-not-function"),
+    pytest.param(lambda b, i, o, d, p, bw: right_roofline(b, i, o, d, p, bw)[:2], "three values", id="two-values"),
+    pytest.param(lambda b, i, o, d, p, bw: "memory", "three values", id="only-the-verdict"),
+    pytest.param(lambda b, i, o, d, p, bw: (str(0.5), "memory", 1.0), "text in quotes", id="intensity-string"),
+    pytest.param(lambda b, i, o, d, p, bw: (float("nan"), "memory", 1.0), "finite", id="nan"),
+    pytest.param(lambda n, p, bw: (1.0, "memory", 1.0), "raised TypeError", id="old-signature"),
+    pytest.param((0.5, "memory", 2e-4), "function itself", id="numbers-not-function"),
 ]
 
 
@@ -157,19 +207,19 @@ def test_q2_wrong_answers_name_the_mistake(fn, words):
 
 
 def test_q2_stub_is_not_done():
-    def stub(n, peak_tflops, bandwidth_gbs):
-        ridge = ____
+    def stub(batch, d_in, d_out, dtype_bytes, peak_tflops, bandwidth_gbs):
         intensity = ____
         bound = ____
-        return ridge, intensity, bound
+        floor_s = ____
+        return intensity, bound, floor_s
 
     assert outcome(ep01.q2, stub)[0] == "not-done"
     assert outcome(ep01.q2, ____)[0] == "not-done"
-    result, message = outcome(ep01.q2, lambda n, p, b: (p * 1e3 / b, ____, ____))
-    assert result == "not-done" and "intensity" in message
-    # a function with ____ left is not done, but a wrong part is named even while later parts are blank
-    result, message = outcome(ep01.q2, lambda n, p, b: (p / b, ____, ____))
-    assert result == "not-done" and "still uses ____" in message and "found so far" in message
+    result, message = outcome(ep01.q2, lambda b, i, o, d, p, bw: (right_roofline(b, i, o, d, p, bw)[0], ____, ____))
+    assert result == "not-done" and "bound" in message
+    # a wrong first part is named even while later parts are blank
+    result, message = outcome(ep01.q2, lambda b, i, o, d, p, bw: (b * i * o, ____, ____))
+    assert result == "not-done" and "found so far" in message
 
 
 # ------------------------------------------------------------------ q3: timer
@@ -375,8 +425,11 @@ def test_q4_stub_is_not_done():
 
 
 # ------------------------------------------------------------------ all
+QUESTIONS = (ep01.q1, ep01.q2, ep01.q3, ep01.q4)
+
+
 def test_every_exercise_has_hint_and_solution(capsys):
-    for q in (ep01.q1, ep01.q2, ep01.q3, ep01.q4):
+    for q in QUESTIONS:
         q.hint()
         q.solution()
     out = capsys.readouterr().out
@@ -384,16 +437,38 @@ def test_every_exercise_has_hint_and_solution(capsys):
     assert out.count("solutions/01-what-is-a-gpu.ipynb") == 4
 
 
-def test_t4_numbers_match_the_episode_table():
-    """The checks use the GPU figures the learner reads in the episode's table."""
+def test_every_hint_has_two_steps_question_first(capsys):
+    for q in QUESTIONS:
+        assert len(q.hints) == 2, q.name
+        assert "?" in q.hints[0], f"{q.name}: the first step should ask the guiding question"
+        q.hint(2)
+    out = capsys.readouterr().out
+    assert out.count("Hint 2 (ep01.") == 4
+
+
+@pytest.mark.parametrize("q, code", [
+    (ep01.q1, ["6 *", "6·", "* 3", "/ 1e12", "1e12", "return"]),
+    (ep01.q2, ["max(", "/ (", "1e12", "1e9", "return", "2 *"]),
+    (ep01.q3, ["perf_counter", "return", "start =", "sync();"]),
+    (ep01.q4, ['"c"', "{"]),
+])
+def test_hints_do_not_give_the_code(q, code):
+    text = " ".join(q.hints)
+    assert not [c for c in code if c in text], (q.name, [c for c in code if c in text])
+
+
+def test_gpu_figures_match_the_episode_table():
+    """The checks use the GPU figures the learner reads in the episode's table: FP32 peaks from the
+    table the episode computes with, float16 peaks from the dense tensor-core column."""
     import nbformat
 
     from conftest import ROOT
 
     nb = nbformat.read(ROOT / "episodes" / "01-what-is-a-gpu.ipynb", as_version=4)
     text = "\n".join(c.source for c in nb.cells)
-    fp32, bandwidth = ep01.T4_FP32_FLOPS / 1e12, ep01.T4_BANDWIDTH / 1e9
-    assert f'("T4", {fp32:g}, {bandwidth:g})' in text
-    assert f"| 16 GB GDDR6 | {bandwidth:g} ¹ | {fp32:g} |" in text
-    for gpu, peak, bw, _n in ep01.Q2_CASES:
-        assert f'("{gpu}", {peak:g}, {bw:g})' in text
+    for gpu, peak, bw, _b, _i, _o, size in ep01.Q2_CASES:
+        if size == 4:
+            assert f'("{gpu}", {peak:g}, {bw:g})' in text, gpu
+        else:
+            row = next(line for line in text.splitlines() if line.startswith(f"| {gpu.split()[0]} "))
+            assert f"| {peak:g} " in row and f"{bw:,}" in row, (gpu, row)

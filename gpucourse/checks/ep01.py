@@ -1,15 +1,18 @@
 """Checks for episode 1, *What is a GPU?*.
 
-* ``q1`` — ``matmul_tflops(n, seconds)``: FLOPs of a matrix multiply and the TFLOP/s a time means.
-* ``q2`` — ``roofline(n, peak_tflops, bandwidth_gbs)``: ridge point, arithmetic intensity, and
-  whether a float32 matmul is compute- or memory-bound, on several GPUs of the episode's table.
+* ``q1`` — ``linear_step(batch, d_in, d_out, seconds)``: the FLOPs of a Linear layer's training step
+  (forward and backward) and the TFLOP/s a measured step time means.
+* ``q2`` — ``linear_roofline(batch, d_in, d_out, dtype_bytes, peak_tflops, bandwidth_gbs)``: the
+  roofline applied to a Linear layer (from a matrix–vector product to a large batch): arithmetic
+  intensity, compute- or memory-bound, and the shortest time it can take, on GPUs of the episode's table.
 * ``q3`` — ``time_once(fn, sync)``: a timer that is right for asynchronous devices, measured
   against a simulated GPU whose queue the check fills itself.
 * ``q4`` — which claims about GPUs are true.
 
 Every check that takes a function calls it on several cases, so that a constant, or an answer
-that is right for one case only, cannot pass. The numbers of the T4 are those of the episode's
-GPU table (NVIDIA T4 datasheet).
+that is right for one case only, cannot pass, and names the usual mistakes (a forgotten backward
+pass, a multiply-add counted as one FLOP, bytes vs numbers, 10¹² vs 2⁴⁰, GB vs GiB). The GPU figures
+are those of the episode's GPU table (NVIDIA datasheets).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from gpucourse.exercises import (
     NotDone,
     Wrong,
     as_number,
+    describe,
     is_blank,
     require_function,
     solution_link,
@@ -30,12 +34,6 @@ from gpucourse.exercises import call_answer as _call
 
 NOTEBOOK = "01-what-is-a-gpu.ipynb"
 
-#: NVIDIA T4 peak FP32 rate (FLOP/s) and memory bandwidth (bytes/s), from its datasheet.
-T4_FP32_FLOPS = 8.1e12
-T4_BANDWIDTH = 320e9
-#: The matrix size of the T4 case of exercise 2 (the one the notebook prints).
-Q2_N = 64
-BYTES_FP32 = 4
 
 
 def _close(got: float, expected: float, rel: float = 0.02) -> bool:
@@ -47,83 +45,144 @@ def _close(got: float, expected: float, rel: float = 0.02) -> bool:
 
 
 # --------------------------------------------------------------------------- q1
-#: (n, seconds) cases: small and large rates, results below 1 TFLOP/s and above.
-Q1_CASES = [(512, 1.0), (4096, 0.05), (256, 2e-4), (8192, 0.125)]
+#: (batch, d_in, d_out, seconds) cases: square and rectangular layers, small and large batches, rates
+#: below 1 TFLOP/s and above. d_in ≥ 256 everywhere, so a bias counted or not changes the FLOPs by at
+#: most 1/(3·256) ≈ 0.13 %, inside the tolerance: both answers pass.
+Q1_CASES = [(64, 1024, 1024, 2e-4), (512, 4096, 1024, 3e-3), (128, 256, 8192, 1e-4), (4096, 2048, 2048, 0.05)]
+Q1_REL = 0.01
 
 
-def _tflops_mistake(got: float, n: int, seconds: float) -> str:
-    """What a wrong ``matmul_tflops`` result says about the mistake."""
-    flops = 2 * n**3
+def _step_flops(batch: int, d_in: int, d_out: int) -> int:
+    """Forward (one product) and backward (two products of the same size) of a Linear layer."""
+    return 3 * 2 * batch * d_in * d_out
+
+
+def _flops_mistake(got: float, batch: int, d_in: int, d_out: int) -> str:
+    """What a wrong FLOP count of a Linear layer's training step says about the mistake."""
+    forward = 2 * batch * d_in * d_out
+    expected = 3 * forward
+    ratio = got / expected
+    named = [
+        (1 / 3, "That is the forward pass alone: a training step also runs backward, which computes TWO "
+                "products as big as the forward one (the gradient for the layer's input, passed back to the "
+                "layer before, and the gradient for its weights): about twice the forward's FLOPs."),
+        (2 / 3, "Backward counted as ONE product: it computes two, the gradient for the input (grad_out × Wᵀ) "
+                "and the gradient for the weights (Xᵀ × grad_out), each as big as the forward product."),
+        (1 / 2, "Did you count multiply-adds? Each multiply-add is a multiply AND an add: 2 FLOPs."),
+        (1 / 6, "That is the multiply-adds of the forward pass alone: count 2 FLOPs per multiply-add, and add "
+                "the backward pass (two more products of the same size)."),
+        (2.0, "Twice too many: a multiply-add is 2 FLOPs, not 4, and backward is two products, not four."),
+        (4 / 3, "Backward counted as three products: it is two (gradients for the input and for the weights)."),
+    ]
+    for factor, message in named:
+        if _close(ratio, factor, rel=Q1_REL):
+            return message
+    if _close(got, expected / batch, rel=Q1_REL) or _close(got, forward / batch, rel=Q1_REL):
+        return ("The FLOPs grow with the batch: every one of the batch's rows goes through the layer, "
+                "forward and backward.")
+    if _close(got, 6 * batch * (d_in + d_out), rel=Q1_REL) or _close(got, 2 * batch * (d_in + d_out), rel=Q1_REL):
+        return ("Each output number is a dot product of length d_in, computed for each of d_out outputs and "
+                "each row of the batch: multiply the three sizes, do not add them.")
+    return ("Count the multiply-adds of the forward product (batch × d_in) @ (d_in × d_out), 2 FLOPs each, "
+            "then the two products backward computes.")
+
+
+def _rate_mistake(got: float, flops: float, seconds: float) -> str:
+    """What a wrong TFLOP/s figure (from right FLOPs) says about the mistake."""
     expected = flops / seconds / 1e12
     if got == 0 or any(got == round(expected, k) != expected for k in range(4)) or got == float(int(expected)):
-        return ("Did you round, or use // (integer division) or int()? Small matmuls run at well below "
-                "1 TFLOP/s: return the unrounded value.")
-    if _close(got, expected / 2):
-        return ("Did you count n³ FLOPs? Each of the n³ multiply-adds is a multiply AND an add, so an "
-                "n×n by n×n matmul is 2·n³ FLOPs.")
-    if _close(got, ((2 * n) ^ 3) / seconds / 1e12) or _close(got, (n ^ 3) / seconds / 1e12):
-        return "Did you write n^3? In Python ^ is bitwise XOR; the power is n**3."
-    if _close(got, 2 * n**2 / seconds / 1e12):
-        return ("Did you use 2·n²? That is the work of a matrix–VECTOR product; a matrix–matrix "
-                "product of two n×n matrices is 2·n³ FLOPs.")
+        return "Did you round, or use // (integer division) or int()? Return the unrounded value."
+    named = [
+        (1e12 / 2**40, "Tera is 10¹², not 2⁴⁰: FLOP/s use decimal prefixes, like GB/s (the binary ones, "
+                       "2³⁰ = GiB, are for memory sizes)."),
+        (1e3, "That is 1000× too big: it looks like GFLOP/s. Divide FLOP/s by 1e12 for TFLOP/s."),
+        (1e6, "That is 10⁶× too big: it looks like MFLOP/s. Divide FLOP/s by 1e12 (tera = 10¹²)."),
+        (1e12, "That is FLOP/s; divide by 1e12 to get TFLOP/s."),
+        (1e-3, "That is 1000× too small. Did you turn seconds into milliseconds, or divide by 1e15? "
+               "`seconds` is already in seconds, and tera = 10¹²."),
+    ]
+    for factor, message in named:
+        if _close(got, expected * factor):
+            return message
     if _close(got, flops / 1e12):
         return "Did you forget to divide by seconds? A rate is work / time."
-    if _close(got, expected * 1e3):
-        return "That is 1000× too big: it looks like GFLOP/s. Divide FLOP/s by 1e12 for TFLOP/s."
-    if _close(got, expected * 1e12):
-        return "That is FLOP/s; divide by 1e12 to get TFLOP/s."
-    if _close(got, expected * 1e6):
-        return "That is 10⁶× too big: it looks like MFLOP/s. Divide FLOP/s by 1e12 (tera = 10¹²)."
-    if _close(got, expected / 1e3):
-        return ("That is 1000× too small. Did you turn seconds into milliseconds, or divide by 1e15? "
-                "`seconds` is already in seconds, and tera = 10¹².")
-    if _close(got, expected / 1e6) or _close(got, expected / 1e9):
-        return "Too small by a power of 1000: TFLOP/s is FLOPs / seconds / 1e12 (tera = 10¹²)."
-    if _close(got, seconds / flops * 1e12) or _close(got, seconds * 1e12 / flops) or _close(got, 1 / expected):
+    if _close(got, 1 / expected) or _close(got, seconds * 1e12 / flops):
         return "The fraction is upside down: a rate is work / time, FLOPs / seconds."
-    return "FLOPs = 2·n³; TFLOP/s = FLOPs / seconds / 1e12."
+    return "TFLOP/s = FLOPs / seconds / 1e12."
 
 
-def _check_tflops(fn) -> str:
-    require_function(fn, "matmul_tflops")
-    answers = []
-    for n, seconds in Q1_CASES:
-        what = f"matmul_tflops({n}, {seconds})"
-        answers.append(as_number(what, _call(fn, n, seconds, what=what)))
-    if len(set(answers)) == 1:
-        raise Wrong(f"matmul_tflops returned {answers[0]:.4g} for each of {len(answers)} different sizes and "
-                    "times: compute the rate from the arguments n and seconds, do not type it in.")
-    for (n, seconds), got in zip(Q1_CASES, answers):
-        what = f"matmul_tflops({n}, {seconds})"
-        expected = 2 * n**3 / seconds / 1e12
-        if not _close(got, expected, rel=0.01):
-            fixed = [m for m, _ in Q1_CASES if m != n and _close(got, 2 * m**3 / seconds / 1e12)]
-            why = (f"Did you type in n = {fixed[0]}? Use the argument n." if fixed
-                   else _tflops_mistake(got, n, seconds))
-            raise Wrong(f"{what} returned {got:.4g}, expected {expected:.4g} TFLOP/s. {why}")
-    return ("an n×n matmul is 2·n³ FLOPs; divide by the seconds it took and by 1e12 for TFLOP/s. "
-            "Compare what you measure below with the peak in the GPU table.")
+def _check_linear_step(fn) -> str:
+    require_function(fn, "linear_step")
+    results = []
+    for batch, d_in, d_out, seconds in Q1_CASES:
+        what = f"linear_step({batch}, {d_in}, {d_out}, {seconds:g})"
+        result = _call(fn, batch, d_in, d_out, seconds, what=what, parts=("flops", "tflops"))
+        if isinstance(result, (str, bytes)) or not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise Wrong(f"{what} returned {describe(result)}; return two values: flops, tflops.")
+        results.append(result)
+    for (batch, d_in, d_out, seconds), (flops, tflops) in zip(Q1_CASES, results):
+        what = f"linear_step({batch}, {d_in}, {d_out}, {seconds:g})"
+        if is_blank(flops):
+            raise NotDone("flops is still ____.")
+        got = as_number(f"flops from {what}", flops)
+        expected = _step_flops(batch, d_in, d_out)
+        if not _close(got, expected, rel=Q1_REL):
+            others = [case for case in Q1_CASES if case[:3] != (batch, d_in, d_out)
+                      and _close(got, _step_flops(*case[:3]), rel=Q1_REL)]
+            why = (f"That is the count for linear_step{others[0][:3]}: did you type in numbers? Use the "
+                   "arguments." if others else _flops_mistake(got, batch, d_in, d_out))
+            raise Wrong(f"flops is {got:.4g} for {what}, expected {expected:.4g}. {why}")
+        if is_blank(tflops):
+            raise NotDone("tflops is still ____.")
+        rate = as_number(f"tflops from {what}", tflops)
+        expected_rate = expected / seconds / 1e12
+        if not _close(rate, expected_rate, rel=Q1_REL):
+            raise Wrong(f"tflops is {rate:.4g} for {what}, expected {expected_rate:.4g} TFLOP/s. "
+                        + _rate_mistake(rate, got, seconds))
+    if len({float(r[1]) for r in results}) == 1:      # cannot happen with right answers; a guard
+        raise Wrong("tflops is the same for every case: compute it from the arguments.")
+    return ("forward is one product, 2·batch·d_in·d_out FLOPs, and backward two more of the same size "
+            "(the gradients for the input and for the weights): 3× the forward in all. Below, compare the "
+            "rate of a measured step with your GPU's peak.")
 
 
 q1 = Exercise(
     "ep01.q1",
-    _check_tflops,
-    hint="Each of the n² outputs is a dot product of length n: n multiplies and n adds. "
-         "Then divide by the time, and express the rate in units of 10¹² per second.",
+    _check_linear_step,
+    hint=("How many multiply-adds does the forward product (batch × d_in) @ (d_in × d_out) do, and how many "
+          "FLOPs is one multiply-add? Then: which gradients must backward compute, for the layer before it "
+          "and for the layer's own weights?",
+          "Forward: one multiply-add for every (row, input, output) triple, 2 FLOPs each. Backward: two "
+          "products of the same size as the forward one, one giving the gradient for the input and one for "
+          "the weights. Add the three; the rate is those FLOPs divided by the seconds, in units of 10¹² "
+          "(tera is decimal, like giga in GB/s)."),
     solution=solution_link(NOTEBOOK),
 )
 
 
 # --------------------------------------------------------------------------- q2
-#: (GPU, FP32 TFLOP/s, GB/s, n) cases from the episode's GPU table, both sides of each ridge.
+#: (GPU, peak TFLOP/s, GB/s, batch, d_in, d_out, bytes per number): GPUs and precisions of the
+#: episode's table (float32 on the FP32 peak, float16 on the dense tensor-core peak), batches on both
+#: sides of each ridge, and no case near a ridge (the nearest is 31.5 vs 20 FLOP/byte).
 Q2_CASES = [
-    ("T4", 8.1, 320, Q2_N),
-    ("T4", 8.1, 320, 4096),
-    ("A100 80GB", 19.5, 2039, 1024),
-    ("H100 SXM", 67, 3350, 64),
-    ("L4", 30.3, 300, 512),
-    ("L4", 30.3, 300, 64),
+    ("T4", 8.1, 320, 1, 4096, 4096, 4),
+    ("V100", 15.7, 900, 256, 1024, 4096, 4),
+    ("T4", 65, 320, 1, 4096, 4096, 2),
+    ("A100 80GB", 312, 2039, 4096, 4096, 4096, 2),
+    ("L4", 121, 300, 64, 4096, 4096, 2),
+    ("H100 SXM", 67, 3350, 64, 8192, 8192, 4),
+    ("L4", 30.3, 300, 8, 1024, 1024, 4),
 ]
+Q2_REL = 0.01
+
+
+def _linear_roofline(batch, d_in, d_out, dtype_bytes, peak_tflops, bandwidth_gbs):
+    """The right answer: intensity, bound and floor of Y = X @ W."""
+    flops = 2 * batch * d_in * d_out
+    nbytes = dtype_bytes * (batch * d_in + d_in * d_out + batch * d_out)
+    peak, bandwidth = peak_tflops * 1e12, bandwidth_gbs * 1e9
+    intensity = flops / nbytes
+    return intensity, ("compute" if intensity > peak / bandwidth else "memory"), max(flops / peak, nbytes / bandwidth)
 
 
 def _bound_word(value, what: str) -> str:
@@ -139,104 +198,140 @@ def _bound_word(value, what: str) -> str:
     return word
 
 
-def _ridge_mistake(got: float, peak_tflops: float, bandwidth_gbs: float) -> str:
-    expected = peak_tflops * 1e12 / (bandwidth_gbs * 1e9)
-    if _close(got, 1 / expected):
-        return "Upside down: the ridge point is peak FLOP/s ÷ bandwidth in bytes/s."
-    if _close(got, peak_tflops * 1e12 / (bandwidth_gbs * 2**30)):
-        return ("Did you use 2³⁰ bytes per GB? Datasheet bandwidths are in GB/s, 10⁹ bytes/s "
-                "(GiB are for memory sizes).")
-    for factor in (1e-3, 1e3, 1e9, 1e-9, 1e12, 1e-12, 1e6, 1e-6):
-        if _close(got, expected * factor):
-            return (f"That is {factor:g}× the right value: mind the units. Convert both to base units "
-                    f"first: {peak_tflops:g} TFLOP/s = {peak_tflops:g}e12 FLOP/s and "
-                    f"{bandwidth_gbs:g} GB/s = {bandwidth_gbs:g}e9 bytes/s.")
-    if _close(got, T4_FP32_FLOPS / T4_BANDWIDTH):
-        return ("That is the T4's ridge point: did you type in the T4's numbers? Use the arguments "
-                "peak_tflops and bandwidth_gbs, so that the function works for every GPU.")
-    return "Ridge = peak FLOP/s ÷ bandwidth in bytes/s; it does not depend on n."
+#: Usual mistakes in the intensity, each as what it computes from (batch, d_in, d_out, dtype_bytes).
+INTENSITY_MISTAKES = [
+    (lambda b, i, o, d: 2 * b * i * o / (4 * (b * i + i * o + b * o)),
+     "You used 4 bytes per number for every case; the float16 cases have 2-byte numbers: use the argument "
+     "dtype_bytes."),
+    (lambda b, i, o, d: b * i * o / (d * (b * i + i * o + b * o)),
+     "Did you count multiply-adds? Each is a multiply AND an add: 2 FLOPs."),
+    (lambda b, i, o, d: 2 * b * i * o / (b * i + i * o + b * o),
+     "You counted numbers, not bytes: multiply by dtype_bytes."),
+    (lambda b, i, o, d: 2 * b * i * o / (d * i * o),
+     "You counted only the weights' bytes. With a large batch the input X and the output Y are as big as W: "
+     "count all three."),
+    (lambda b, i, o, d: d * (b * i + i * o + b * o) / (2 * b * i * o),
+     "Upside down: intensity is FLOPs ÷ bytes moved."),
+    (lambda b, i, o, d: i / 6,
+     "n/6 is the intensity of a SQUARE n×n matmul in float32 (the episode's case). Here the three matrices "
+     "have different shapes: count this product's FLOPs and bytes."),
+    (lambda b, i, o, d: 2 * i * o / (d * (b * i + i * o + b * o)),
+     "The FLOPs grow with the batch: each row of X is multiplied by all of W."),
+]
 
 
-def _intensity_mistake(got: float, n: int) -> str:
-    flops, nbytes = 2 * n**3, 3 * n * n * BYTES_FP32
-    expected = flops / nbytes
-    if _close(got, expected / 2):
-        return ("Did you count n³ FLOPs, or 8 bytes per number? A matmul is 2·n³ FLOPs, and a float32 "
-                "is 4 bytes.")
-    if _close(got, expected * BYTES_FP32):
-        return "You counted numbers, not bytes: each float32 is 4 bytes."
-    if _close(got, flops / (n * n * BYTES_FP32)) or _close(got, flops / (2 * n * n * BYTES_FP32)):
-        return "Count the bytes of all three matrices: read A, read B, write C = 3·n²·4 bytes."
-    if _close(got, 1 / expected):
-        return "Upside down: intensity is FLOPs ÷ bytes moved."
-    if _close(got, 2 * n**2 / nbytes) or _close(got, n**2 / nbytes):
-        return "The FLOPs of an n×n matmul grow as n³ (2·n³), not n²."
-    if _close(got, Q2_N / 6):
-        return (f"That is the intensity for n = {Q2_N}: did you type in n = {Q2_N}? Use the argument n, "
-                "so that the function works for every size.")
-    return "Intensity = FLOPs ÷ bytes = 2·n³ ÷ (3·n²·4); it does not depend on the GPU."
+def _intensity_mistake(answers) -> str:
+    """Name the mistake that explains the learner's intensities: the one that matches every case
+    answered with a number, else the first that matches the case that failed (the last one given)."""
+    cases = [(args, got) for args, got in answers if isinstance(got, (int, float)) and not isinstance(got, bool)]
+    for rule, message in INTENSITY_MISTAKES:
+        if all(_close(got, rule(*args), rel=Q2_REL) for args, got in cases):
+            return message
+    args, got = cases[-1]
+    for rule, message in INTENSITY_MISTAKES:
+        if _close(got, rule(*args), rel=Q2_REL):
+            return message
+    others = [case for case in Q2_CASES if case[3:] != args
+              and _close(got, _linear_roofline(*case[3:], case[1], case[2])[0], rel=Q2_REL)]
+    if others:
+        return "That is the intensity of another case of the check: did you type in numbers? Use the arguments."
+    return "Intensity = the product's FLOPs ÷ the bytes of X, W and Y; it does not depend on the GPU."
 
 
-def _check_roofline(fn) -> str:
-    require_function(fn, "roofline")
-    verdicts = []
-    for gpu, peak, bandwidth, n in Q2_CASES:
-        what = f"roofline({n}, {peak:g}, {bandwidth:g})"
-        context = f"for an n = {n} matmul on the {gpu} ({peak:g} TFLOP/s, {bandwidth:g} GB/s)"
-        result = _call(fn, n, peak, bandwidth, what=what, parts=("ridge", "intensity", "bound"))
+def _floor_mistake(got: float, batch, d_in, d_out, dtype_bytes, peak_tflops, bandwidth_gbs) -> str:
+    flops = 2 * batch * d_in * d_out
+    nbytes = dtype_bytes * (batch * d_in + d_in * d_out + batch * d_out)
+    compute_s, memory_s = flops / (peak_tflops * 1e12), nbytes / (bandwidth_gbs * 1e9)
+    expected = max(compute_s, memory_s)
+    longer = "memory" if memory_s > compute_s else "compute"
+    named = [
+        (compute_s + memory_s, "You added the two times. On the roofline arithmetic and memory traffic "
+                               "overlap: the floor is the LONGER of the two, not their sum."),
+        (expected * 1e3, "That looks like milliseconds: return seconds."),
+        (expected * 1e6, "That looks like microseconds: return seconds."),
+        (nbytes / (bandwidth_gbs * 2**30), "GB/s on a datasheet is 10⁹ bytes/s, not 2³⁰ (GiB are for memory "
+                                           "sizes)."),
+        (flops / (peak_tflops * 2**40), "Tera is 10¹², not 2⁴⁰."),
+        (expected / dtype_bytes, "Did you count numbers instead of bytes in the memory time?"),
+        (expected * 1e-3, "1000× too small: mind the units (TFLOP/s = 10¹² FLOP/s, GB/s = 10⁹ bytes/s)."),
+    ]
+    for value, message in named:
+        if _close(got, value, rel=Q2_REL):
+            return message
+    shorter = "compute" if longer == "memory" else "memory"
+    if _close(got, min(compute_s, memory_s), rel=Q2_REL):
+        return (f"That is the {shorter} time, the shorter of the two: this case is {longer}-bound, so the "
+                f"floor is the LONGER time, the {longer} time.")
+    return ("The floor is the longer of two times: the FLOPs at the peak rate, and the bytes at the full "
+            "bandwidth.")
+
+
+def _check_linear_roofline(fn) -> str:
+    require_function(fn, "linear_roofline")
+    answers = []
+    for gpu, peak, bandwidth, batch, d_in, d_out, size in Q2_CASES:
+        what = f"linear_roofline({batch}, {d_in}, {d_out}, {size}, {peak:g}, {bandwidth:g})"
+        result = _call(fn, batch, d_in, d_out, size, peak, bandwidth, what=what,
+                       parts=("intensity", "bound", "floor_s"))
         if isinstance(result, (str, bytes)) or not isinstance(result, (tuple, list)) or len(result) != 3:
-            raise Wrong(f"{what} returned {type(result).__name__} {result!r}; return three values: "
-                        "ridge, intensity, bound.")
-        ridge, intensity, bound = result
+            raise Wrong(f"{what} returned {describe(result)}; return three values: intensity, bound, floor_s.")
+        answers.append(result)
 
-        if is_blank(ridge):
-            raise NotDone("ridge is still ____.")
-        got = as_number(f"ridge from {what}", ridge)
-        expected_ridge = peak * 1e12 / (bandwidth * 1e9)
-        if not _close(got, expected_ridge):
-            raise Wrong(f"ridge is {got:.4g} {context}, expected {expected_ridge:.4g} FLOP/byte. "
-                        + _ridge_mistake(got, peak, bandwidth))
-
+    verdicts = []
+    for (gpu, peak, bandwidth, batch, d_in, d_out, size), (intensity, bound, floor_s) in zip(Q2_CASES, answers):
+        what = f"linear_roofline({batch}, {d_in}, {d_out}, {size}, {peak:g}, {bandwidth:g})"
+        dtype = {4: "float32", 2: "float16"}[size]
+        context = (f"for a batch of {batch} through a {d_in}×{d_out} layer in {dtype} on the {gpu} "
+                   f"({peak:g} TFLOP/s, {bandwidth:g} GB/s)")
+        args = (batch, d_in, d_out, size)
+        right_intensity, right_bound, right_floor = _linear_roofline(*args, peak, bandwidth)
         if is_blank(intensity):
             raise NotDone("intensity is still ____.")
         got = as_number(f"intensity from {what}", intensity)
-        expected_intensity = 2 * n**3 / (3 * n * n * BYTES_FP32)
-        if not _close(got, expected_intensity):
-            raise Wrong(f"intensity is {got:.4g} {context}, expected {expected_intensity:.4g} FLOP/byte. "
-                        + _intensity_mistake(got, n))
-
-        verdicts.append((bound, _bound_word(bound, what), expected_ridge, expected_intensity, n, context))
+        if not _close(got, right_intensity, rel=Q2_REL):
+            given = [(case[3:], answer[0]) for case, answer in zip(Q2_CASES, answers) if case[3:] != args]
+            why = _intensity_mistake(given + [(args, got)])
+            raise Wrong(f"intensity is {got:.4g} {context}, expected {right_intensity:.4g} FLOP/byte. " + why)
+        verdicts.append((bound, _bound_word(bound, what), right_bound, right_intensity,
+                         peak * 1e12 / (bandwidth * 1e9), context))
+        if is_blank(floor_s):
+            raise NotDone("floor_s is still ____.")
+        got = as_number(f"floor_s from {what}", floor_s)
+        if not _close(got, right_floor, rel=Q2_REL):
+            raise Wrong(f"floor_s is {got:.4g} s {context}, expected {right_floor:.4g} s. "
+                        + _floor_mistake(got, batch, d_in, d_out, size, peak, bandwidth))
 
     words = [v[1] for v in verdicts]
-    right = ["compute" if i > r else "memory" for _, _, r, i, _, _ in verdicts]
+    right = [v[2] for v in verdicts]
     if words != right:
         if len(set(words)) == 1:
             tip = (f" You answered {words[0]!r} for all {len(words)} cases: decide from the numbers, by "
-                   "comparing the intensity with the ridge point.")
+                   "comparing the intensity with this GPU's ridge point.")
         elif all(w != e for w, e in zip(words, right)):
             tip = (" Every verdict is the wrong way round: intensity above the ridge means enough work per "
                    "byte to keep the arithmetic busy, so compute-bound.")
-        elif words == ["compute" if n > r else "memory" for _, _, r, _, n, _ in verdicts]:
-            tip = " Did you compare n itself with the ridge point? Compare the intensity."
         else:
             tip = ""
-        for (bound, word, ridge_, intensity_, n, context), expected in zip(verdicts, right):
+        for bound, word, expected, intensity_, ridge_, context in verdicts:
             if word != expected:
                 side = "above" if expected == "compute" else "below"
                 raise Wrong(f"bound is {bound!r} {context}, expected {expected!r}: the intensity "
                             f"({intensity_:.3g} FLOP/byte) is {side} the ridge point "
-                            f"({ridge_:.3g} FLOP/byte), so the matmul is {expected}-bound.{tip}")
-    ridge = T4_FP32_FLOPS / T4_BANDWIDTH
-    return (f"at n = {Q2_N} a matmul does {Q2_N / 6:.3g} FLOP per byte, below the T4's ridge of "
-            f"{ridge:.3g}: memory-bound. Above n ≈ 6 × {ridge:.3g} ≈ {6 * ridge:.0f} it becomes "
-            "compute-bound (in this simple model; small matmuls also pay launch latency).")
+                            f"({ridge_:.3g} FLOP/byte), so the layer is {expected}-bound.{tip}")
+    return ("with one row (a matrix–vector product, as when a language model generates one token) a layer "
+            "reads every weight for 2 FLOPs: memory-bound on every GPU. Its intensity grows with the batch, "
+            "and a large batch makes it compute-bound. The floor is the longer of the two times.")
 
 
 q2 = Exercise(
     "ep01.q2",
-    _check_roofline,
-    hint="Put everything in base units first (FLOP/s and bytes/s: tera = 10¹², giga = 10⁹). "
-         "A matmul reads A and B and writes C, and each float32 number takes 4 bytes.",
+    _check_linear_roofline,
+    hint=("What does Y = X @ W compute (how many multiply-adds), and which bytes must it move at the very least? "
+          "Then: which limit does the layer hit first on this GPU, and how long does that limit alone take?",
+          "Intensity is the product's FLOPs (2 per multiply-add) divided by the bytes of X, W and Y "
+          "(elements × dtype_bytes). Compare it with the GPU's ridge point, peak FLOP/s ÷ bytes/s, after "
+          "converting both to base units (tera = 10¹², giga = 10⁹). The floor is the longer of two times: "
+          "the FLOPs at the peak rate, and the bytes at the full bandwidth."),
     solution=solution_link(NOTEBOOK),
 )
 
@@ -345,9 +440,12 @@ def _check_timer(time_once) -> str:
 q3 = Exercise(
     "ep01.q3",
     _check_timer,
-    hint="Two kinds of queued work spoil the naive timer: fn's own work, still running when the "
-         "clock is read, and work queued before the timer was called. sync() waits for everything "
-         "queued so far: at which two moments must the timer wait?",
+    hint=("Two kinds of queued work spoil the naive timer: fn's own work, still running when the clock is "
+          "read, and work queued before the timer was called. sync() waits for everything queued so far: at "
+          "which two moments must the timer wait?",
+          "Wait for the device first, so that earlier work is not counted; only then read the clock. Call fn "
+          "once, wait for the device again, and read the clock a second time. The answer is the second "
+          "reading minus the first, in seconds."),
     solution=solution_link(NOTEBOOK),
 )
 
@@ -409,8 +507,11 @@ def _check_claims(answer) -> str:
 q4 = Exercise(
     "ep01.q4",
     _check_claims,
-    hint="Look back at the latency measurement, the GPU table's footnote, and the library list.",
+    hint=("Which measurement or table of the episode speaks to each claim? A claim with 'every' or 'the way "
+          "today' in it needs only one counter-example or one newer fact to be false.",
+          "a: the latency section (one tiny addition); b and c: Advice to unlearn; d: the datasheet's footnote "
+          "on dense vs sparse; e and f: the library table; g: Compute-bound or memory-bound?"),
     solution=solution_link(NOTEBOOK),
 )
 
-__all__ = ["q1", "q2", "q3", "q4", "T4_FP32_FLOPS", "T4_BANDWIDTH", "Q2_N"]
+__all__ = ["q1", "q2", "q3", "q4"]
