@@ -341,6 +341,21 @@ def test_hints_point_the_way_without_the_answer():
             assert answer not in " ".join(q.hints), (q.name, answer)
 
 
+@pytest.mark.parametrize("q", [ep09.q1, ep09.q2, ep09.q3, ep09.q4], ids=lambda q: q.name)
+def test_hints_come_in_two_steps_a_question_then_the_method_without_code(q, capsys):
+    assert len(q.hints) == 2, f"{q.name} has {len(q.hints)} hint step(s), not a question and a method"
+    question, method = q.hints
+    assert question.rstrip().endswith("?") and not method.rstrip().endswith("?")
+    for code in (" = ", "==", "+=", "return", "op=", "min(", "np.", "torch.", "numel", "element_size", "[", "**",
+                 "range(", "default_rng", "all_reduce(", "lr_at", "shard("):
+        assert code not in question + method, (q.name, code)
+    q.hint()
+    first = capsys.readouterr().out
+    q.hint(2)
+    second = capsys.readouterr().out
+    assert question in first and method not in first and method in second
+
+
 def test_q4_broken_answer_is_reported_not_raised():
     def broken(rank, world_size, batches, all_reduce, lr):
         raise KeyError("oops")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -419,3 +420,115 @@ def test_tf_worker_whose_port_is_taken_says_so(tmp_path):
                      env=env, show=False, retry=False)
     assert not run.ok and not run.timed_out
     assert PORT_CLASH in run.output and f"127.0.0.1:{ports[0]}" in run.output and "free_ports()" in run.output
+
+
+# --------------------------------------------------------------------------- the device of each process
+
+def test_pick_device_gives_each_local_rank_its_own_gpu_and_nccl():
+    from gpucourse.distributed.ddp_train import pick_device
+    from gpucourse.fakecuda import fake_gpu
+
+    with fake_gpu("T4", count=2):
+        assert pick_device(0, 2) == (torch.device("cuda", 0), "nccl")
+        assert pick_device(1, 2) == (torch.device("cuda", 1), "nccl")
+    with fake_gpu("A100", count=8, visible="6,7"):   # a shared server: this job may use GPUs 6 and 7
+        assert pick_device(1, 2) == (torch.device("cuda", 1), "nccl")   # cuda:1 is physical GPU 7
+
+
+@pytest.mark.parametrize("count, visible, local_rank, local_world_size", [
+    (2, None, 2, 3),        # three processes on a node with two GPUs
+    (4, "3", 1, 2),         # two processes, CUDA_VISIBLE_DEVICES leaves one GPU
+    (1, None, 1, 1),        # a local rank beyond the count, whatever the world size says
+    (1, None, 0, 2),        # rank 0 fails too: a mix of GPU and CPU ranks could not talk
+])
+def test_pick_device_refuses_more_processes_than_visible_gpus(count, visible, local_rank, local_world_size):
+    from gpucourse.distributed.ddp_train import pick_device
+    from gpucourse.fakecuda import fake_gpu
+
+    with fake_gpu("T4", count=count, visible=visible):
+        seen = torch.cuda.device_count()
+        with pytest.raises(RuntimeError, match=f"sees {seen} GPU") as err:
+            pick_device(local_rank, local_world_size)
+    message = str(err.value)
+    assert f"--nproc-per-node={seen}" in message and "CUDA_VISIBLE_DEVICES=" in message
+    assert (f"CUDA_VISIBLE_DEVICES={visible!r}" in message) == (visible is not None)
+
+
+@pytest.mark.parametrize("visible", [None, ""])
+def test_pick_device_without_a_gpu_is_the_cpu_and_gloo(visible):
+    from gpucourse.distributed.ddp_train import pick_device
+    from gpucourse.fakecuda import fake_gpu
+
+    with fake_gpu("T4", count=2 if visible == "" else 0, visible=visible):   # GPUs hidden, or none at all
+        assert not torch.cuda.is_available()
+        assert pick_device(0, 2) == (torch.device("cpu"), "gloo")
+        assert pick_device(1, 2) == (torch.device("cpu"), "gloo")
+
+
+# --------------------------------------------------------------------------- what the episode shows
+
+# The blocks episode 9 prints with key_lines, and a call each must contain: if a marker is lost or
+# moved off its lines, the episode would silently show less (or other) code than it explains.
+SHOWN = {
+    "ddp_train": {1: ["pick_device(local_rank", "dist.init_process_group(backend"],
+                  2: ["DistributedSampler(", "sampler=sampler"],
+                  3: ["DDP(model"],
+                  4: ["sampler.set_epoch(epoch)"],
+                  5: ["if rank == 0:", "ddp.module.state_dict()", "dist.barrier()"],
+                  6: ["dist.destroy_process_group()"]},
+    "tf_multiworker": {1: ["TF_CONFIG", "tf.distribute.MultiWorkerMirroredStrategy()"],
+                       2: ["strategy.experimental_distribute_dataset("],
+                       3: ["with strategy.scope():", "keras.Sequential(", "optimizers.SGD("],
+                       4: ["compute_average_loss(", "global_batch_size="],
+                       5: ["strategy.run(replica_step", "strategy.reduce("]},
+    "uneven": {1: ["if not args.bug:", "ReduceOp.MIN", "dist.all_reduce(grad)"]},
+}
+
+
+@pytest.mark.parametrize("script", sorted(SHOWN))
+def test_the_lines_the_episode_shows_are_marked_in_the_scripts(script):
+    from gpucourse.distributed.key_lines import blocks, key_lines
+
+    found = {b.number: b for b in blocks(script)}
+    assert sorted(found) == sorted(SHOWN[script]), f"{script}.py marks blocks {sorted(found)}"
+    for number, calls in SHOWN[script].items():
+        for call in calls:
+            assert call in found[number].code, f"{script}.py block {number} no longer holds {call!r}"
+        assert len(found[number].code.splitlines()) <= 8, f"{script}.py block {number} grew past a few lines"
+    text = key_lines(script)
+    assert sum(len(b.code.splitlines()) for b in found.values()) <= 25 and "# <<<" not in text and "# >>>" not in text
+    source = (Path(__file__).parents[1] / "gpucourse" / "distributed" / f"{script}.py").read_text().splitlines()
+    for b in found.values():                                 # the line numbers shown are the script's own
+        assert source[b.first_line - 1].strip() == b.code.splitlines()[0].strip()
+
+
+def test_key_lines_rejects_broken_markers(tmp_path, monkeypatch):
+    from gpucourse.distributed import key_lines as kl
+
+    monkeypatch.setattr(kl, "__file__", str(tmp_path / "key_lines.py"))
+    (tmp_path / "open.py").write_text("# >>> 1. never closed\nx = 1\n")
+    (tmp_path / "stray.py").write_text("x = 1\n# <<<\n")
+    with pytest.raises(ValueError, match="never closed"):
+        kl.blocks("open")
+    with pytest.raises(ValueError, match="out of order"):
+        kl.blocks("stray")
+    with pytest.raises(FileNotFoundError, match="choose one of"):
+        kl.blocks("missing")
+
+
+def test_the_slurm_script_parses_and_runs_dry(tmp_path):
+    from gpucourse.distributed import slurm
+
+    script = slurm.write(tmp_path / "ddp.sbatch")
+    syntax = launch(["bash", "-n", script], timeout=30, show=False)
+    assert syntax.ok, syntax.output
+    stubs = "\n".join(['srun() { echo "srun would start: $*"; }', "module() { :; }",
+                       "scontrol() { echo node001; echo node002; }",
+                       'export SLURM_JOB_NODELIST="node[001-002]" SLURM_JOB_NUM_NODES=2 SLURM_GPUS_ON_NODE=4',
+                       "export SLURM_CPUS_PER_TASK=16 SLURM_JOB_ID=42 SLURM_SUBMIT_DIR=/home/me",
+                       'source "$0"'])
+    dry = launch(["bash", "-c", stubs, script], timeout=30, show=False)
+    assert dry.ok, dry.output
+    assert dry.output.strip() == ("srun would start: torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d "
+                                  "--rdzv-endpoint=node001:20042 --rdzv-id=42 -m gpucourse.distributed.ddp_train "
+                                  "--out /home/me/runs/42 --epochs 20")

@@ -131,8 +131,11 @@ def _diagnose_peak(what, lr, peak, per_replica, replicas, base_lr, base_batch):
 
 
 q1 = Exercise("ep09.q1", _check_scaling,
-              hint="How many samples does one optimiser step use across all replicas? The learning rate grows by "
-                   "that number ÷ base_batch. The warm-up is a straight line between two rates you know.",
+              hint=("How many samples does one optimiser step use across all replicas, and how many times "
+                    "base_batch is that? What rate does the warm-up start from, and where does it end?",
+                    "The scaled rate is base_lr times that ratio. Before warmup_steps, move from base_lr towards "
+                    "the scaled rate in proportion to the fraction of the warm-up done; from warmup_steps on, "
+                    "stay at the scaled rate."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -259,8 +262,11 @@ def _short(values) -> str:
 
 
 q2 = Exercise("ep09.q2", _check_shard,
-              hint="Every rank must build the same permutation without talking to the others: what do all "
-                   "ranks know? Then each takes its own share of it, the same size for all.",
+              hint=("Every rank must build the same permutation without talking to the others: which numbers "
+                    "do all ranks know, and which of them changes from one epoch to the next?",
+                    "Seed one generator from the seed and the epoch together and permute all indices. Cut the "
+                    "permutation to the largest multiple of world_size, then deal it out like cards: each rank "
+                    "takes every world_size-th index, starting at its own rank."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -350,8 +356,11 @@ def _check_allreduce(fn):
 
 
 q3 = Exercise("ep09.q3", _check_allreduce,
-              hint="Which parameters get gradients, and how many bytes is each number? Then: how many times "
-                   "the gradient bytes does each rank send in a ring all-reduce?",
+              hint=("Which parameters get gradients, and how many bytes does each of their numbers take? How "
+                    "many times the gradient bytes does each rank send in a ring all-reduce?",
+                    "Add up elements times bytes per element over the parameters that require gradients. A ring "
+                    "all-reduce sends 2 (N − 1)/N times that through every rank's link; divide by the link's "
+                    "bytes per second (gigabytes are 10⁹ bytes)."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -567,6 +576,9 @@ def _check_train(fn):
 
 
 q4 = Exercise("ep09.q4", _check_train,
-              hint="Which collective makes all ranks agree on a number? Which all_reduce does only rank 0 call? "
-                   "And when is the loss to log computed: before or after the step?",
+              hint=("Which all_reduce does only rank 0 call, and what happens to the ranks that never call it? "
+                    "How can all ranks agree on one number of steps before the loop starts?",
+                    "Before the loop, all-reduce the number of local batches with the minimum and loop that many "
+                    "steps. Inside it, every rank all-reduces both the gradient and the loss (computed before the "
+                    "step), divides each by world_size, logs the loss, and only then updates its weight."),
               solution=solution_link(NOTEBOOK))

@@ -88,48 +88,69 @@ def writable_folder(folder: Path) -> Path:
     return folder
 
 
+def pick_device(local_rank: int, local_world_size: int = 1) -> tuple[torch.device, str]:
+    """The device and collectives backend of the process with this ``local_rank`` on its node.
+
+    With CUDA, process ``local_rank`` takes GPU number ``local_rank`` of those this process sees
+    (``CUDA_VISIBLE_DEVICES`` decides which they are) and NCCL; without CUDA, the CPU and Gloo.
+    More processes on a node than visible GPUs is an error, not a silent move to the CPU: two
+    processes on one GPU would compete for its memory, and a mix of GPU and CPU ranks cannot talk.
+    """
+    if not torch.cuda.is_available():
+        return torch.device("cpu"), "gloo"          # collectives over TCP between CPU processes
+    visible, needed = torch.cuda.device_count(), max(local_rank + 1, local_world_size)
+    if needed > visible:
+        shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError(
+            f"local rank {local_rank} of {max(local_world_size, local_rank + 1)} processes on this node needs GPU "
+            f"{local_rank}, but this process sees {visible} GPU(s)"
+            + (f" (CUDA_VISIBLE_DEVICES={shown!r})" if shown is not None else "")
+            + f": start at most {visible} process(es) per node (--nproc-per-node={visible}), or set "
+              "CUDA_VISIBLE_DEVICES= (empty) to train on CPU processes with gloo.")
+    return torch.device("cuda", local_rank), "nccl"   # NVIDIA's collectives: GPU to GPU, NVLink, InfiniBand
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     writable_folder(args.out)
-    # 1. Who am I? torchrun sets these; without it we are a world of one.
+    # Who am I? torchrun sets these; without it we are a world of one.
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    # 2. One device per process: GPU number LOCAL_RANK on this node if there is one GPU per
-    #    process here, else the CPU (e.g. two processes in Colab's one-GPU runtime).
-    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    if torch.cuda.device_count() >= local_world_size:
-        device = torch.device("cuda", local_rank)
+    local_rank, local_world_size = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    # >>> 1. one device per process, then join the others   (single process: the device only)
+    device, backend = pick_device(local_rank, local_world_size)   # cuda:LOCAL_RANK + nccl, or cpu + gloo
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-        backend = "nccl"                 # NVIDIA's collectives library: GPU to GPU, NVLink, InfiniBand
-    else:
-        device = torch.device("cpu")
-        backend = "gloo"                 # collectives over TCP between CPU processes
-    # With CUDA, bind the NCCL communicator to this process's GPU at once (torch >= 2.3).
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout),
                             device_id=device if device.type == "cuda" else None)
+    # <<<
     try:
         train(args, rank, world_size, device)
     finally:
-        dist.destroy_process_group()     # always: leave no half-open connections behind
+        # >>> 6. leave the group, even after an error   (single process: nothing)
+        dist.destroy_process_group()
+        # <<<
 
 
 def train(args, rank: int, world_size: int, device: torch.device) -> None:
     per_rank = args.global_batch // world_size
     data = make_data(args.samples)
-    # 3. Each process gets its own shard: a permutation drawn alike everywhere (seed + epoch),
-    #    cut so that no sample is seen twice per epoch.
+    # >>> 2. each process its own shard of every global batch   (single process: DataLoader(shuffle=True))
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0, drop_last=True)
     loader = DataLoader(data, batch_size=per_rank, sampler=sampler, drop_last=True)
+    # <<<
     model = make_model(data.tensors[0].shape[1], args.width).to(device)
-    # 4. DDP broadcasts rank 0's weights at the start and averages gradients during backward().
+    # >>> 3. wrap the model: rank 0's weights to all, gradients averaged in backward()   (single process: no wrap)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # <<<
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.BCEWithLogitsLoss()
     if rank == 0:
         print(f"[rank 0] {world_size} process(es), backend {dist.get_backend()}, device {device}; "
               f"global batch {args.global_batch} = {per_rank} per process × {world_size}", flush=True)
     for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)         # a new shuffle each epoch, the same in every process
+        # >>> 4. a new shuffle each epoch, the same in every process   (single process: the DataLoader does it)
+        sampler.set_epoch(epoch)
+        # <<<
         total = torch.zeros(2, device=device)
         for xb, yb in loader:
             xb, yb = xb.to(device), yb.to(device)
@@ -147,12 +168,13 @@ def train(args, rank: int, world_size: int, device: torch.device) -> None:
     checksum = sum(float(v.double().sum()) for v in weights.values())
     print(f"[rank {rank}] trained on {len(sampler)} samples per epoch; weight checksum {checksum:.10f}\n",
           end="", flush=True)   # one write per line: the ranks share the output
-    # 5. Checkpoint from rank 0 only: the copies are identical, and one writer avoids a clobbered file.
+    # >>> 5. one checkpoint, from rank 0: the copies are identical   (single process: save, no rank test)
     if rank == 0:
-        checkpoint = {"model": weights, "optimizer": optimizer.state_dict(), "epochs": args.epochs,
-                      "world_size": world_size, "global_batch": args.global_batch}
-        save_atomic(lambda f: torch.save(checkpoint, f), args.out / "checkpoint.pt")   # all or nothing
+        checkpoint = {"model": ddp.module.state_dict(), "optimizer": optimizer.state_dict(),   # not ddp.state_dict()
+                      "epochs": args.epochs, "world_size": world_size, "global_batch": args.global_batch}
+        save_atomic(lambda f: torch.save(checkpoint, f), args.out / "checkpoint.pt")
     dist.barrier()                        # nobody leaves before the checkpoint is written
+    # <<<
     if args.bench_steps:
         bench(args, rank, world_size, device, ddp, optimizer, loss_fn, per_rank, data)
 

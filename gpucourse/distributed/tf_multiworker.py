@@ -17,6 +17,7 @@ tests/test_distributed.py runs that failure).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -36,6 +37,19 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+@contextlib.contextmanager
+def _port_clash_explained(tf, config: dict):
+    """Turn gRPC's "Could not start gRPC server" into what to do: the worker's port is taken."""
+    try:
+        yield
+    except tf.errors.UnknownError as exc:
+        index = config.get("task", {}).get("index", 0)
+        address = config.get("cluster", {}).get("worker", ["?"] * (index + 1))[index]
+        raise SystemExit(f"error: worker {index} could not listen on {address} ({exc.message}). "
+                         f"Most likely {PORT_CLASH}: another program holds that port. Choose new ports "
+                         "with free_ports() and start all workers again.") from None
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     from gpucourse.distributed.ddp_train import save_atomic, writable_folder
@@ -47,51 +61,51 @@ def main(argv=None) -> None:
     import keras
     import numpy as np
 
-    # 1. The cluster and this worker's place in it come from TF_CONFIG.
-    config = json.loads(os.environ.get("TF_CONFIG", "{}"))
-    task = config.get("task", {"index": 0})
-    try:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    except tf.errors.UnknownError as exc:           # e.g. "Could not start gRPC server"
-        address = config.get("cluster", {}).get("worker", ["?"] * (task["index"] + 1))[task["index"]]
-        raise SystemExit(f"error: worker {task['index']} could not listen on {address} ({exc.message}). "
-                         f"Most likely {PORT_CLASH}: another program holds that port. Choose new ports "
-                         "with free_ports() and start all workers again.") from None
-    index, workers = task["index"], strategy.num_replicas_in_sync
+    # >>> 1. the cluster and this worker's place in it   (one process: no TF_CONFIG, no strategy)
+    config = json.loads(os.environ.get("TF_CONFIG", "{}"))   # {"cluster": {"worker": [...]}, "task": {"index": i}}
+    with _port_clash_explained(tf, config):
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()   # reads TF_CONFIG, meets the other workers
+    # <<<
+    index, workers = config.get("task", {}).get("index", 0), strategy.num_replicas_in_sync
     print(f"[worker {index}] {workers} replicas in sync", flush=True)
 
-    # 2. The same data everywhere; the strategy gives each worker its own shard of every global batch.
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(0)        # the same data in every worker
     X = rng.standard_normal((args.samples, 16)).astype("float32")
     w = rng.standard_normal(16).astype("float32")
     y = ((X @ w + 0.5 * rng.standard_normal(args.samples)) > 0).astype("float32")
+    # >>> 2. every worker its own shard of each global batch   (one process: the dataset as it is)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     dataset = (tf.data.Dataset.from_tensor_slices((X, y)).batch(args.global_batch, drop_remainder=True)
                .with_options(options))
     dist_dataset = strategy.experimental_distribute_dataset(dataset)
+    # <<<
 
-    # 3. Model and optimiser are created inside the scope: their variables are mirrored.
+    # >>> 3. build inside the scope: model and optimiser variables are mirrored   (one process: no scope)
     with strategy.scope():
         keras.utils.set_random_seed(0)
         model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu"),
                                   keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
         optimizer = keras.optimizers.SGD(learning_rate=args.lr, momentum=0.9)
         loss_obj = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
+    # <<<
 
     def replica_step(xb, yb):
         with tf.GradientTape() as tape:
             per_sample = loss_obj(tf.expand_dims(yb, 1), model(xb, training=True))
-            # Divide by the GLOBAL batch: the all-reduce then sums the replicas' gradients into the mean.
+            # >>> 4. divide by the GLOBAL batch: summed over replicas, that is the mean   (one process: the batch mean)
             loss = tf.nn.compute_average_loss(per_sample, global_batch_size=args.global_batch)
+            # <<<
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))   # all-reduces the gradients
         return loss
 
+    # >>> 5. one step on every replica, the losses summed   (one process: call replica_step itself)
     @tf.function
     def train_step(xb, yb):
         per_replica = strategy.run(replica_step, args=(xb, yb))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+    # <<<
 
     for epoch in range(args.epochs):
         losses = [float(train_step(xb, yb)) for xb, yb in dist_dataset]
