@@ -23,12 +23,14 @@ from checking import assert_wrong
 
 def capture(model, optimizer, scheduler, epoch, step):
     return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "epoch": epoch, "step": step,
+            "grads": [p.grad for p in model.parameters()], "epoch": epoch, "step": step,
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}}
 
 
 def restore(ckpt, model, optimizer, scheduler):
     model.load_state_dict(ckpt["model"])
+    for p, g in zip(model.parameters(), ckpt["grads"]):
+        p.grad = g
     optimizer.load_state_dict(ckpt["optimizer"])
     scheduler.load_state_dict(ckpt["scheduler"])
     random.setstate(ckpt["rng"]["python"])
@@ -41,6 +43,9 @@ def restore_without(*parts, position=None, draw_after=False):
     def fn(ckpt, model, optimizer, scheduler):
         if "model" not in parts:
             model.load_state_dict(ckpt["model"])
+        if "grads" not in parts:
+            for p, g in zip(model.parameters(), ckpt["grads"]):
+                p.grad = g
         if "optimizer" not in parts:
             optimizer.load_state_dict(ckpt["optimizer"])
         if "scheduler" not in parts:
@@ -57,27 +62,46 @@ def restore_without(*parts, position=None, draw_after=False):
     return fn
 
 
+def capture_named(model, optimizer, scheduler, epoch, step):     # gradients by name, zeros for None
+    ckpt = capture(model, optimizer, scheduler, epoch, step)
+    ckpt["grads"] = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    return ckpt
+
+
+def restore_named(ckpt, model, optimizer, scheduler):
+    where = restore_without("grads")(ckpt, model, optimizer, scheduler)
+    for n, p in model.named_parameters():
+        p.grad = ckpt["grads"].get(n)
+    return where
+
+
 def test_q1_right_and_stub():
     assert ep11.q1.outcome(capture, restore)[0] == "correct"
-    # the course's own helper, with a stand-in for the scaler the exercise does not have
-    from gpucourse import checkpoint
-
-    class NoScaler:
-        def state_dict(self):
-            return {}
-
-        def load_state_dict(self, state):
-            pass
-
-    assert ep11.q1.outcome(
-        lambda m, o, s, e, st: checkpoint.capture(m, o, NoScaler(), s, e, st),
-        lambda c, m, o, s: checkpoint.restore(c, m, o, NoScaler(), s))[0] == "correct"
+    assert ep11.q1.outcome(capture_named, restore_named)[0] == "correct"
     assert ep11.q1.outcome(____, ____)[0] == "not-done"
     assert ep11.q1.outcome(capture, ____)[0] == "not-done"
     assert ep11.q1.outcome(lambda *a: ____, restore)[0] == "not-done"
 
 
+class NoScaler:
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def test_q1_the_episodes_helper_is_not_the_answer():
+    """The episode's capture saves after an optimizer step; this loop also stops between the batches of one."""
+    from gpucourse import checkpoint
+
+    assert_wrong(ep11.q1, (lambda m, o, s, e, st: checkpoint.capture(m, o, NoScaler(), s, e, st),
+                           lambda c, m, o, s: checkpoint.restore(c, m, o, NoScaler(), s)), ["gradients", ".grad"])
+
+
 Q1_WRONG = [
+    ((capture, restore_without("grads")), ["lost the gradients", "between the 2 batches"]),
+    ((capture, restore_without("grads", "optimizer")), ["optimizer"]),
     ((capture, restore_without("optimizer")), ["optimizer", "momentum"]),
     ((capture, restore_without("scheduler")), ["scheduler"]),
     ((capture, restore_without("torch")), ["torch", "dropout"]),
@@ -91,6 +115,9 @@ Q1_WRONG = [
     ((capture, restore_without(position=lambda c: c["epoch"])), ["pair"]),
     ((lambda m, o, s, e, st: {"model": m.state_dict(), "epoch": e, "step": st},       # the weights only
       lambda c, m, o, s: (m.load_state_dict(c["model"]), (c["epoch"], c["step"]))[1]), ["optimizer"]),
+    ((lambda m, o, s, e, st: {**capture(m, o, s, e, st), "grads": [None if g is None else g.clone().zero_()
+                                                                  for g in capture(m, o, s, e, st)["grads"]]},
+      restore), ["lost the gradients"]),                                         # zeroed, not kept
     ((lambda m, o, s, e, st: m.state_dict(), restore), ["KeyError"]),
     ((lambda m, o, s, e, st: [m.state_dict()], restore), ["dict"]),
     ((lambda m, o, s, e, st: {"gen": (x for x in ())}, restore), ["torch.save"]),

@@ -4,7 +4,9 @@
 ``q3`` how often to checkpoint (Young's formula) · ``q4`` read a utilisation trace: input-bound?
 
 ``q1`` interrupts training runs of its own (dropout, NumPy noise, Python coin flips, a shuffle per
-epoch, Adam or SGD with momentum, a learning-rate schedule) at several steps, passes the learner's
+epoch, gradients summed over two batches per optimizer step, Adam or SGD with momentum, a
+learning-rate schedule) after several batches, one of them between the two batches of an
+optimizer step (a case the episode's helper does not cover), passes the learner's
 checkpoint through bytes as a file would, restores it into fresh objects, finishes the run and
 compares the weights bit for bit with a run that was never stopped; it names the part that was
 not restored. ``q2`` calls the learner's save in a forked child process and kills it with SIGKILL
@@ -38,11 +40,13 @@ NOTEBOOK = "11-runs-that-survive.ipynb"
 
 # --- q1: what a checkpoint must hold --------------------------------------------------------
 
-_Q1_FIXTURES = [  # (optimizer, scheduler, epochs, steps per epoch, interrupt after global step)
+_Q1_FIXTURES = [  # (optimizer, scheduler, epochs, batches per epoch, interrupt after global batch)
     ("adam", "step", 3, 6, 8),
     ("sgd", "cosine", 3, 5, 10),      # at the end of an epoch
-    ("adam", "cosine", 2, 7, 3),
+    ("adam", "cosine", 2, 7, 3),      # between the two batches of one optimizer step: gradients pending
+    ("sgd", "step", 2, 5, 7),         # the same with momentum
 ]
+ACCUMULATE = 2   # batches whose gradients are summed before each optimizer step
 
 
 def _q1_objects(opt_kind: str, sched_kind: str, total_steps: int):
@@ -76,7 +80,7 @@ def _q1_run(fixture, *, stop_after=None, resume=None, capture=None, restore=None
         ckpt = torch.load(io.BytesIO(resume), weights_only=False)
         where = _call(restore, ckpt, model, optimizer, scheduler, what="restore(ckpt, model, optimizer, scheduler)",
                       none_ok=True)
-        report = {"returned": where, "model": _flat(model.state_dict()),
+        report = {"returned": where, "model": _flat(model.state_dict()), "grads": _grads(model),
                   "optimizer": _flat(optimizer.state_dict()["state"]), "scheduler": scheduler.state_dict(),
                   "torch": torch.get_rng_state(), "numpy": np.random.get_state()[1].copy(),
                   "python": random.getstate()}
@@ -88,14 +92,15 @@ def _q1_run(fixture, *, stop_after=None, resume=None, capture=None, restore=None
             xb = X[idx] + torch.from_numpy(np.random.normal(0, 0.05, (batch, 6))).float()   # NumPy's generator
             if random.random() < 0.5:                                                     # Python's
                 xb = -xb
-            loss = ((model(xb) - y[idx]) ** 2).mean()                                     # dropout: torch's
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
+            loss = ((model(xb) - y[idx]) ** 2).mean() / ACCUMULATE                        # dropout: torch's
+            loss.backward()                                                               # adds to .grad
             step += 1
+            if (epoch * per_epoch + step) % ACCUMULATE == 0:
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
             if stop_after is not None and epoch * per_epoch + step == stop_after:
-                state = {"model": _flat(model.state_dict()), "optimizer": _flat(optimizer.state_dict()["state"]),
+                state = {"model": _flat(model.state_dict()), "grads": _grads(model), "optimizer": _flat(optimizer.state_dict()["state"]),
                          "scheduler": scheduler.state_dict(), "torch": torch.get_rng_state(),
                          "numpy": np.random.get_state()[1].copy(), "python": random.getstate(),
                          "position": (epoch, step)}
@@ -126,6 +131,16 @@ def _flat(tree) -> list:
     elif isinstance(tree, torch.Tensor):
         out.append(tree.detach().clone())
     return out
+
+
+def _grads(model) -> list:
+    """Each parameter's accumulated gradient (None where there is none yet), as copies."""
+    return [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+
+
+def _same_grads(a: list, b: list) -> bool:
+    return len(a) == len(b) and all((x is None and y is None) or (x is not None and y is not None and x.shape == y.shape
+                                                                  and torch.equal(x, y)) for x, y in zip(a, b))
 
 
 def _same(a: list, b: list) -> bool:
@@ -165,6 +180,11 @@ def _q1_diagnose(fixture, state, report):
     if not _same(report["model"], state["model"]):
         raise Wrong("after restore the model's weights are not the ones saved: keep model.state_dict() and "
                     "load it with model.load_state_dict().")
+    if not _same_grads(report["grads"], state["grads"]):
+        raise Wrong(f"stopped after batch {stop}, between the {ACCUMULATE} batches whose gradients this loop adds up "
+                    "before each optimizer step, the resumed run has lost the gradients of the batches already done "
+                    "(a fresh model has none): the next optimizer step would use only part of its batches. Keep each "
+                    "parameter's .grad and give it back, None where it is None.")
     if not _same(report["optimizer"], state["optimizer"]):
         raise Wrong("after restore the optimizer starts from scratch: its state (SGD's momentum buffers, "
                     "Adam's moment estimates and step counts) was not saved or not loaded. Keep "
@@ -194,19 +214,21 @@ def _check_resume(capture, restore):
         resumed, report = _q1_run(fixture, resume=saved, capture=capture, restore=restore)
         _q1_diagnose(fixture, state, report)
         if not _same(resumed, straight):
-            raise Wrong(f"with {fixture[0]} and a {fixture[1]} schedule, stopped after step {fixture[-1]}, the resumed "
+            raise Wrong(f"with {fixture[0]} and a {fixture[1]} schedule, stopped after batch {fixture[-1]}, the resumed "
                         "run ends with different weights from the one that never stopped, although every part "
                         "checked was restored: does restore draw random numbers after putting the generators back?")
-    return ("the resumed runs end with exactly the same weights as runs never stopped, on three set-ups "
-            "(Adam and SGD with momentum, two schedules, stopped mid-epoch and at an epoch's end).")
+    return ("the resumed runs end with exactly the same weights as runs never stopped, on four set-ups "
+            "(Adam and SGD with momentum, two schedules, stopped mid-epoch, at an epoch's end and between the "
+            "batches of one optimizer step, with their gradients pending).")
 
 
 q1 = Exercise("ep11.q1", _check_resume,
-              hint=("Which things change from one training step to the next, counting the generators that only draw "
-                    "random numbers?",
-                    "Keep the state of each (model, optimizer and scheduler each have one, and each of the three random "
-                    "generators can report its own) with the epoch and step. Restore loads each back into the "
-                    "fresh objects, the generators last, and hands back where the loop continues."),
+              hint=("Reading the loop line by line, which things change from one batch to the next, counting the "
+                    "generators that only draw random numbers?",
+                    "Keep the state of each: the model, optimizer and scheduler each have one, each of the three "
+                    "random generators can report its own, and the gradients summed since the last optimizer step "
+                    "live on the parameters. Restore loads each back into the fresh objects, the generators last, "
+                    "and hands back where the loop continues."),
               solution=solution_link(NOTEBOOK))
 
 
