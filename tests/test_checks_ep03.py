@@ -7,101 +7,138 @@ one must be rejected with a message that names its mistake.
 
 from __future__ import annotations
 
-import statistics
-import time
-from time import perf_counter
-
 import numpy as np
 import pytest
 import torch
-from sklearn.preprocessing import StandardScaler
 from torch import nn
+from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 
 from gpucourse.checks import ep03
 from gpucourse.exercises import ____
+from gpucourse.timing import Timing
 
 from checking import assert_wrong, outcome
 
 loss_fn = nn.BCEWithLogitsLoss()
 
 
-
-
-# --- q1: standardise -------------------------------------------------------------------------
+# --- q1: standardise where the features live ----------------------------------------------------
 
 def standardise(X_train, X_test):
-    mean, std = X_train.mean(axis=0), X_train.std(axis=0)
+    mean, std = X_train.mean(dim=0), X_train.std(dim=0)
+    std = torch.where(std == 0, torch.ones_like(std), std)
     return (X_train - mean) / std, (X_test - mean) / std
 
 
-def standardise_ddof1(X_train, X_test):
-    mean, std = X_train.mean(axis=0, keepdims=True), X_train.std(axis=0, ddof=1, keepdims=True)
+def standardise_population_std(X_train, X_test):
+    mean = X_train.mean(0, keepdim=True)
+    std = X_train.std(0, correction=0, keepdim=True)
+    std[std == 0] = 1                         # a new tensor, changed in place: the inputs stay as they are
     return (X_train - mean) / std, (X_test - mean) / std
 
 
-def standardise_sklearn(X_train, X_test):
-    scaler = StandardScaler().fit(X_train)
-    return scaler.transform(X_train), scaler.transform(X_test)
+def standardise_clamped(X_train, X_test):
+    mean, var = torch.var_mean(X_train, dim=0, unbiased=False)[::-1]
+    std = var.sqrt().masked_fill(var == 0, 1.0)
+    return (X_train - mean) / std, (X_test - mean) / std
 
 
 def test_q1_right_answers_pass_and_stub_is_not_done():
-    for fn in (standardise, standardise_ddof1, standardise_sklearn):
-        assert outcome(ep03.q1, fn)[0] == "correct", fn.__name__
+    for fn in (standardise, standardise_population_std, standardise_clamped):
+        result, message = outcome(ep03.q1, fn)
+        assert result == "correct", (fn.__name__, message)
     assert outcome(ep03.q1, ____)[0] == "not-done"
     assert outcome(ep03.q1, lambda a, b: ____)[0] == "not-done"
     assert outcome(ep03.q1, lambda a, b: (____, ____))[0] == "not-done"
 
 
-def _in_place(X_train, X_test):
-    mean, std = X_train.mean(axis=0), X_train.std(axis=0)
-    X_train -= mean
-    X_train /= std
-    X_test -= mean
-    X_test /= std
-    return X_train, X_test
+def _plain(a, b):                                  # NaN for a feature without spread
+    mean, std = a.mean(0), a.std(0)
+    return (a - mean) / std, (b - mean) / std
 
 
-def _fifteen_features(X_train, X_test):   # right on the notebook's 15 features only
-    mean = np.array([X_train[:, j].mean() for j in range(15)])
-    std = np.array([X_train[:, j].std() for j in range(15)])
-    return (X_train - mean) / std, (X_test - mean) / std
+def _epsilon(a, b):
+    mean, std = a.mean(0), a.std(0) + 1e-8
+    return (a - mean) / std, (b - mean) / std
 
 
-def _leaky(X_train, X_test):
-    both = np.concatenate([X_train, X_test])
-    mean, std = both.mean(axis=0), both.std(axis=0)
-    return (X_train - mean) / std, (X_test - mean) / std
+def _through_numpy(a, b):
+    a, b = a.numpy(), b.numpy()
+    mean, std = a.mean(0), a.std(0)
+    std[std == 0] = 1
+    return torch.from_numpy((a - mean) / std), torch.from_numpy((b - mean) / std)
 
 
-def _scaler_per_split(X_train, X_test):
-    return StandardScaler().fit_transform(X_train), StandardScaler().fit_transform(X_test)
+def _round_trip(a, b):
+    device = a.device
+    a, b = a.cpu(), b.cpu()
+    return tuple(x.to(device) for x in standardise(a, b))
+
+
+def _left_on_the_host(a, b):
+    return standardise(a.cpu(), b.cpu())
+
+
+def _per_feature_items(a, b):
+    mean = torch.stack([a[:, j].mean() for j in range(a.shape[1])])
+    std = torch.tensor([a[:, j].std().item() or 1.0 for j in range(a.shape[1])], dtype=a.dtype, device=a.device)
+    return (a - mean) / std, (b - mean) / std
+
+
+def _ones_on_the_cpu(a, b):
+    mean, std = a.mean(0), a.std(0)
+    std = torch.where(std == 0, torch.ones(std.shape, dtype=std.dtype), std)
+    return (a - mean) / std, (b - mean) / std
+
+
+def _hard_coded_cuda(a, b):
+    return standardise(a.to("cuda"), b.to("cuda"))
+
+
+def _leaky(a, b):
+    both = torch.cat([a, b])
+    mean, std = both.mean(0), both.std(0)
+    std = torch.where(std == 0, torch.ones_like(std), std)
+    return (a - mean) / std, (b - mean) / std
+
+
+def _own_stats(a, b):
+    return standardise(a, b)[0], (b - b.mean(0)) / b.std(0)
+
+
+def _in_place(a, b):
+    mean, std = a.mean(0), a.std(0)
+    std = torch.where(std == 0, torch.ones_like(std), std)
+    a -= mean
+    a /= std
+    b -= mean
+    b /= std
+    return a, b
+
+
+def _dim1(a, b):
+    return ((a - a.mean(1, keepdim=True)) / a.std(1, keepdim=True),
+            (b - b.mean(1, keepdim=True)) / b.std(1, keepdim=True))
 
 
 Q1_WRONG = {
+    "NaN for a constant feature": (_plain, ["feature 2", "standard deviation is 0", "divide it by 1"]),
+    "a tiny epsilon instead": (_epsilon, ["feature 2", "blows them up"]),
+    "a trip through NumPy": (_through_numpy, ["can't convert", "torch operations", "where they are"]),
+    "a round trip through the host": (_round_trip, ["copied numbers from the device to the host", ".cpu()"]),
+    "results left on the host": (_left_on_the_host, ["is on cpu", "features were on cuda:1"]),
+    "one .item() per feature": (_per_feature_items, [".item()", "all features at once"]),
+    "a constant tensor made on the CPU": (_ones_on_the_cpu, ["cuda:1 and cpu", "without device="]),
+    "hard-coded cuda": (_hard_coded_cuda, ["not there", "Don't name a device"]),
     "leak: stats of train and test together": (_leaky, ["leak", "X_train only"]),
-    "test with its own stats": (lambda a, b: ((a - a.mean(0)) / a.std(0), (b - b.mean(0)) / b.std(0)),
-                                ["X_test", "its own mean and std", "TRAINING"]),
-    "scaler fitted on each split": (_scaler_per_split, ["X_test", "own", "training"]),
-    "test centred with its own mean": (lambda a, b: ((a - a.mean(0)) / a.std(0), (b - b.mean(0)) / a.std(0)),
-                                       ["own mean", "TRAINING mean"]),
-    "no axis: one number for the table": (lambda a, b: ((a - a.mean()) / a.std(), (b - a.mean()) / a.std()),
-                                          ["axis=0", "per feature"]),
-    "axis=1": (lambda a, b: ((a - a.mean(1, keepdims=True)) / a.std(1, keepdims=True),
-                             (b - b.mean(1, keepdims=True)) / b.std(1, keepdims=True)), ["axis=0", "per event"]),
-    "variance": (lambda a, b: ((a - a.mean(0)) / a.var(0), (b - a.mean(0)) / a.var(0)), ["variance"]),
-    "no division": (lambda a, b: (a - a.mean(0), b - a.mean(0)), ["did not divide"]),
-    "no centring": (lambda a, b: (a / a.std(0), b / a.std(0)), ["did not subtract the mean"]),
-    "min-max scaling": (lambda a, b: ((a - a.min(0)) / (a.max(0) - a.min(0)), (b - a.min(0)) / (a.max(0) - a.min(0))),
-                        ["min-max"]),
-    "swapped results": (lambda a, b: standardise(a, b)[::-1], ["X_test's result first", "order"]),
-    "hard-coded constants": (lambda a, b: ((a - 5.0) / 2.0, (b - 5.0) / 2.0), ["expected", "mean and std of X_train"]),
-    "only the training set returned": (lambda a, b: standardise(a, b)[0], ["one array", "two arrays"]),
+    "test with its own stats": (_own_stats, ["own mean and std", "TRAINING"]),
     "changes the inputs in place": (_in_place, ["in place"]),
-    "torch tensors returned": (lambda a, b: tuple(torch.from_numpy(x) for x in standardise(a, b)),
-                               ["torch.Tensor", "NumPy"]),
-    "text returned": (lambda a, b: ("X_train_std", "X_test_std"), ["NumPy array", "str"]),
-    "hard-coded 15 features": (_fifteen_features, ["5 features", "IndexError"]),
-    "transposed": (lambda a, b: tuple(x.T for x in standardise(a, b)), ["shape", "keeps the shape"]),
+    "stats per event": (_dim1, ["per event", "dim=0"]),
+    "NumPy arrays returned": (lambda a, b: tuple(x.numpy() for x in standardise(a, b)), ["NumPy array", "torch tensors"]),
+    "swapped results": (lambda a, b: standardise(a, b)[::-1], ["X_test's result first"]),
+    "only the training set returned": (lambda a, b: standardise(a, b)[0], ["one tensor", "two tensors"]),
+    "dtype changed": (lambda a, b: tuple(x.float() for x in standardise(a, b)), ["float32", "keep their dtype"]),
+    "text returned": (lambda a, b: ("X_train_std", "X_test_std"), ["torch.Tensor", "str"]),
     "not a function": ((np.zeros(5), np.ones(5)), ["pass the function itself"]),
 }
 
@@ -112,12 +149,12 @@ def test_q1_wrong_answers_name_the_mistake(name):
     assert_wrong(ep03.q1, [answer], words)
 
 
-# --- q2: a training step that follows the model's device -------------------------------------
+# --- q2: a training step for a model someone else placed ----------------------------------------
 
 def train_step(model, optimizer, X, y):
-    device = next(model.parameters()).device
-    xb = torch.from_numpy(X).to(device)
-    yb = torch.from_numpy(y).to(device)
+    param = next(model.parameters())
+    xb = torch.from_numpy(X).to(param.device, param.dtype)
+    yb = torch.from_numpy(y).to(param.device, param.dtype)
     optimizer.zero_grad()
     loss = loss_fn(model(xb).squeeze(1), yb)
     loss.backward()
@@ -126,9 +163,9 @@ def train_step(model, optimizer, X, y):
 
 
 def train_step_other_spelling(model, optimizer, X, y):
-    device = next(iter(model.parameters())).device
-    xb = torch.as_tensor(X, device=device)
-    yb = torch.tensor(y, device=device, dtype=torch.float32)
+    like = next(iter(model.parameters()))
+    xb = torch.as_tensor(X).to(like)                  # .to(tensor): its device and dtype
+    yb = torch.as_tensor(y, dtype=like.dtype, device=like.device)
     model.zero_grad()
     loss = nn.functional.binary_cross_entropy_with_logits(model(xb).view(-1), yb)
     loss.backward()
@@ -137,7 +174,6 @@ def train_step_other_spelling(model, optimizer, X, y):
 
 
 def stub_step(model, optimizer, X, y):
-    device = ____
     xb = ____
     yb = ____
     optimizer.zero_grad()
@@ -155,21 +191,27 @@ def test_q2_right_answers_pass_and_stub_is_not_done():
     assert outcome(ep03.q2, ____)[0] == "not-done"
 
 
-def make_step(device_line="model", move_x=True, move_y=True, zero_grad=True, step=True, back=True,
-              ret="item", move_model=False, squeeze=True, zero_after=False):
+def make_step(device_line="model", dtype_line="model", label_dtype="model", move_x=True, move_y=True,
+              zero_grad=True, step=True, back=True, ret="item", move_model=False, squeeze=True, zero_after=False):
     def fn(model, optimizer, X, y):
+        param = next(model.parameters())
         if device_line == "model":
-            device = next(model.parameters()).device
+            device = param.device
         elif device_line == "available":
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         elif device_line == "attribute":
             device = model.device
         else:
             device = torch.device(device_line)
+        dtype = {"model": param.dtype, "float32": torch.float32, "numpy": None}[dtype_line]
         if move_model:
             model.to(device)
         xb = torch.from_numpy(X)
         yb = torch.from_numpy(y)
+        if dtype is not None:
+            xb = xb.to(dtype)
+        if label_dtype != "numpy":
+            yb = yb.to({"model": param.dtype, "float32": torch.float32}[label_dtype])
         if move_x:
             xb = xb.to(device)
         if move_y:
@@ -190,17 +232,8 @@ def make_step(device_line="model", move_x=True, move_y=True, zero_grad=True, ste
 
 
 def _numpy_to(model, optimizer, X, y):
-    device = next(model.parameters()).device
-    xb, yb = X.to(device), y.to(device)
-    optimizer.zero_grad()
-    loss = loss_fn(model(xb).squeeze(1), yb)
-    loss.backward()
-    optimizer.step()
-    return loss.item()
-
-
-def _cuda_method(model, optimizer, X, y):
-    xb, yb = torch.from_numpy(X).cuda(), torch.from_numpy(y).cuda()
+    param = next(model.parameters())
+    xb, yb = X.to(param), y.to(param)
     optimizer.zero_grad()
     loss = loss_fn(model(xb).squeeze(1), yb)
     loss.backward()
@@ -209,15 +242,16 @@ def _cuda_method(model, optimizer, X, y):
 
 
 Q2_WRONG = {
-    "batch left in host memory": (make_step(move_x=False), ["cuda:1", "batch was not moved", "next(model.parameters()).device"]),
-    "labels left in host memory": (make_step(move_y=False), ["labels", "cuda:1", "yb"]),
+    "features left in float64": (make_step(dtype_line="numpy"), ["float64 features", "dtype of the model"]),
+    "float32 hard-coded": (make_step(dtype_line="float32", label_dtype="float32"), ["float64 model", "Don't fix float32"]),
+    "integer labels": (make_step(label_dtype="numpy"), ["integers", "floating-point targets"]),
+    "batch left in host memory": (make_step(move_x=False), ["cuda:1", "batch was not moved"]),
+    "labels left in host memory": (make_step(move_y=False), ["labels", "cuda:1"]),
     "device chosen from what exists": (make_step(device_line="available"), ["Don't choose the device yourself"]),
-    "hard-coded cuda": (make_step(device_line="cuda"), ["without a GPU", "not there"]),
-    "hard-coded cuda:0": (make_step(device_line="cuda:0"), ["not there"]),
+    "hard-coded cuda": (make_step(device_line="cuda"), ["not there"]),
     "hard-coded cpu": (make_step(device_line="cpu"), ["cuda:1", "not moved"]),
-    "model.device": (make_step(device_line="attribute"), [".device attribute", "next(model.parameters()).device"]),
+    "model.device": (make_step(device_line="attribute"), [".device attribute"]),
     "moves the model instead": (make_step(device_line="available", move_model=True), ["moved the model", "DATA"]),
-    ".cuda() on the batch": (_cuda_method, ["not there"]),
     "X.to on a NumPy array": (_numpy_to, ["NumPy arrays", "torch.from_numpy"]),
     "no zero_grad": (make_step(zero_grad=False), ["zero_grad", "earlier step"]),
     "zero_grad after backward": (make_step(zero_grad=False, zero_after=True), ["no gradients", "order"]),
@@ -246,46 +280,90 @@ def test_q2_simulated_gpu_is_undone_afterwards():
     assert (t + torch.ones(3)).sum().item() == 6.0
 
 
-# --- q3: back to NumPy and Python ----------------------------------------------------------
+def test_simulated_gpu_records_copies_to_the_host():
+    with ep03._SimulatedGPUs(1) as sim:
+        t = sim.place(torch.ones(3), "cuda:0")
+        t.sum().item()
+        t.cpu()
+        float(t[0])
+        torch.ones(2).sum().item()                  # a CPU tensor: no copy
+    assert sim.to_host == ["item", "cpu", "__float__"]
 
-def for_sklearn(prob, loss):
-    return prob.detach().cpu().numpy().ravel(), loss.item()
+
+# --- q3: a whole epoch's results, brought back once ---------------------------------------------
+
+@torch.no_grad()
+def collect(model, batches):
+    probs, total, count = [], 0, 0
+    for xb, yb in batches:
+        logits = model(xb).squeeze(1)
+        probs.append(torch.sigmoid(logits))
+        total = total + loss_fn(logits, yb) * len(xb)
+        count += len(xb)
+    return torch.cat(probs).cpu().numpy(), total.item() / count
 
 
-def for_sklearn_other_spelling(prob, loss):
-    return prob.cpu().detach().reshape(-1).numpy().astype(np.float64), float(loss)
+def collect_other_spelling(model, batches):
+    with torch.no_grad():
+        logits = torch.cat([model(xb).view(-1) for xb, _ in batches])
+        labels = torch.cat([yb for _, yb in batches])
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, labels)   # the mean over every event
+        return logits.sigmoid().to("cpu").numpy().astype(np.float64), float(loss)
 
 
-@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True to a scalar")
 def test_q3_right_answers_pass_and_stub_is_not_done():
-    for fn in (for_sklearn, for_sklearn_other_spelling):
+    for fn in (collect, collect_other_spelling):
         result, message = outcome(ep03.q3, fn)
         assert result == "correct", message
-    assert outcome(ep03.q3, lambda prob, loss: (____, ____))[0] == "not-done"
+    assert outcome(ep03.q3, lambda model, batches: (____, ____))[0] == "not-done"
     assert outcome(ep03.q3, ____)[0] == "not-done"
 
 
+def make_collect(copy_each_batch=False, weight=True, no_grad=True, to_host=True, sigmoid=True, ravel=True,
+                 loss_kind="float"):
+    def fn(model, batches):
+        probs, losses, sizes = [], [], []
+        with torch.set_grad_enabled(not no_grad):
+            for xb, yb in batches:
+                logits = model(xb)
+                p = torch.sigmoid(logits) if sigmoid else logits
+                p = p.squeeze(1) if ravel else p
+                loss = loss_fn(logits.squeeze(1), yb)
+                if copy_each_batch:
+                    p, loss = p.cpu(), loss.item()
+                probs.append(p)
+                losses.append(loss)
+                sizes.append(len(xb))
+            prob = torch.cat(probs)
+            if weight:
+                total = sum(l * n for l, n in zip(losses, sizes)) / sum(sizes)
+            else:
+                total = sum(losses) / len(losses)
+            prob = prob.cpu().numpy() if to_host else prob.numpy()
+            if loss_kind == "tensor":
+                return prob, total
+            return prob, float(total)
+    return fn
+
+
 Q3_WRONG = {
-    "numpy() without detach": (lambda p, l: (p.numpy().ravel(), l.item()), ["requires grad", "detach"]),
-    "no .cpu(): fine on the CPU, fails on a GPU": (lambda p, l: (p.detach().numpy().ravel(), l.item()),
-                                                   ["simulated GPU", "can't convert cuda:0", ".cpu()"]),
-    "cpu() without detach": (lambda p, l: (p.cpu().numpy().ravel(), l.item()), ["detach"]),
-    "tensors returned": (lambda p, l: (p, l), ["still", "torch.Tensor", ".detach().cpu().numpy()"]),
-    "no ravel": (lambda p, l: (p.detach().cpu().numpy(), l.item()), ["shape (25, 1)", "1-D", "ravel"]),
-    "loss as a tensor": (lambda p, l: (p.detach().cpu().numpy().ravel(), l), ["loss.item()", "torch.Tensor"]),
-    "loss as a NumPy array": (lambda p, l: (p.detach().cpu().numpy().ravel(), l.detach().cpu().numpy()),
-                              ["NumPy ndarray", "Python float"]),
-    "loss as text": (lambda p, l: (p.detach().cpu().numpy().ravel(), str(l.item())), ["text in quotes"]),
-    "prob as a list": (lambda p, l: (p.detach().cpu().ravel().tolist(), l.item()), ["list", "NumPy array"]),
-    "swapped": (lambda p, l: (l.item(), p.detach().cpu().numpy().ravel()), ["prob_np first"]),
-    "constant probabilities": (lambda p, l: (np.full(p.shape[0], 0.5), l.item()), ["not prob's values"]),
-    "sigmoid applied twice": (lambda p, l: (torch.sigmoid(p).detach().cpu().numpy().ravel(), l.item()),
-                              ["not prob's values", "sigmoid"]),
-    "thresholded": (lambda p, l: ((p.detach().cpu().numpy().ravel() > 0.5).astype(float), l.item()),
-                    ["not prob's values"]),
-    "rounded loss": (lambda p, l: (p.detach().cpu().numpy().ravel(), round(l.item(), 2)), ["unchanged"]),
-    "hard-coded loss": (lambda p, l: (p.detach().cpu().numpy().ravel(), 0.6931), ["loss holds"]),
-    "only prob_np": (lambda p, l: p.detach().cpu().numpy().ravel(), ["two things"]),
+    "a copy to the host every batch": (make_collect(copy_each_batch=True), ["8 times", "bring them back once"]),
+    "mean of the batch means": (make_collect(weight=False), ["mean of the batches' mean losses", "weight each batch"]),
+    "gradients kept": (make_collect(no_grad=False), ["requires grad", "without autograd"]),
+    "no copy to the host": (make_collect(to_host=False), ["can't convert cuda:0", "host"]),
+    "logits, not probabilities": (make_collect(sigmoid=False), ["logits", "sigmoid"]),
+    "not 1-D": (make_collect(ravel=False), ["shape (37, 1)", "1-D"]),
+    "loss as a tensor": (make_collect(loss_kind="tensor"), ["Python float"]),
+    "probabilities as a tensor": (lambda m, b: (torch.from_numpy(collect(m, b)[0]), collect(m, b)[1]),
+                                  ["still", "NumPy"]),
+    "probabilities as a list": (lambda m, b: (collect(m, b)[0].tolist(), collect(m, b)[1]), ["list", "NumPy array"]),
+    "swapped": (lambda m, b: collect(m, b)[::-1], ["loss first"]),
+    "sum of the batch means": (lambda m, b: (collect(m, b)[0], sum(loss_fn(m(x).squeeze(1), y).item() for x, y in b)),
+                               ["sum of the batches' mean losses"]),
+    "the last batch only": (lambda m, b: (collect(m, b)[0][-len(b[-1][0]):], collect(m, b)[1]),
+                            ["the batches hold 37 events"]),
+    "a constant loss": (lambda m, b: (collect(m, b)[0], 0.6931), ["expected"]),
+    "only the probabilities": (lambda m, b: collect(m, b)[0], ["two things"]),
     "not a function": ((np.zeros(3), 0.7), ["pass the function itself"]),
 }
 
@@ -296,142 +374,101 @@ def test_q3_wrong_answers_name_the_mistake(name):
     assert_wrong(ep03.q3, [answer], words)
 
 
-# --- q4: time one epoch --------------------------------------------------------------------
+# --- q4: a loader that streams from host memory ---------------------------------------------------
 
-def time_epoch(epoch_fn, sync, warmup=1, repeats=3):
-    for _ in range(warmup):
-        epoch_fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        epoch_fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def host_loader(X, y, batch_size, device, seed):
+    return DataLoader(TensorDataset(torch.from_numpy(X), torch.from_numpy(y)), batch_size=batch_size,
+                      shuffle=True, generator=torch.Generator().manual_seed(seed),
+                      pin_memory=device.type == "cuda")
 
 
-def time_epoch_other_clock(epoch_fn, sync, warmup=1, repeats=3):
-    for _ in range(warmup):
-        epoch_fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = perf_counter()  # imported by name: the check does not depend on time.perf_counter
-        epoch_fn()
-        sync()
-        times.append(perf_counter() - start)
-    return float(np.median(times))
+def host_loader_other_spelling(X, y, batch_size, device, seed):
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    sampler = RandomSampler(range(len(X)), generator=generator)
+    return DataLoader(TensorDataset(torch.tensor(X), torch.tensor(y)), batch_size=batch_size, sampler=sampler,
+                      pin_memory=str(device).startswith("cuda"))
 
 
 def test_q4_right_answers_pass_and_stub_is_not_done():
-    for fn in (time_epoch, time_epoch_other_clock):
-        result, message = outcome(ep03.q4, fn)
+    for fn in (host_loader, host_loader_other_spelling):
+        result, message = outcome(ep03.q4, fn, 0.51, 0.47)
         assert result == "correct", message
-    assert outcome(ep03.q4, lambda epoch_fn, sync, warmup=1, repeats=3: ____)[0] == "not-done"
-    assert outcome(ep03.q4, ____)[0] == "not-done"
+        assert "No GPU here" in message or "pinned takes" in message
+    assert outcome(ep03.q4, host_loader, ____, ____)[0] == "not-done"
+    assert outcome(ep03.q4, host_loader, 0.5, ____)[0] == "not-done"
+    assert outcome(ep03.q4, ____, ____, ____)[0] == "not-done"
+    assert outcome(ep03.q4, lambda X, y, b, d, s: ____, 0.5, 0.4)[0] == "not-done"
 
 
-def make_timer(warmup_calls="arg", sync_before=True, sync_after=True, sync_after_warmup=False, clock_late=False,
-               summary=statistics.median, unit=1.0, time_warmup=False, repeats_calls="arg",
-               clock=time.perf_counter):
-    def timer(epoch_fn, sync, warmup=1, repeats=3):
-        n_warm = warmup if warmup_calls == "arg" else warmup_calls
-        n_rep = repeats if repeats_calls == "arg" else repeats_calls
-        times = []
-        for _ in range(n_warm):
-            start = clock()
-            epoch_fn()
-            if time_warmup:
-                sync()
-                times.append(clock() - start)
-        if sync_after_warmup:
-            sync()
-        for _ in range(n_rep):
-            if sync_before:
-                sync()
-            start = clock()
-            epoch_fn()
-            if clock_late:
-                elapsed = clock() - start
-                if sync_after:
-                    sync()
-            else:
-                if sync_after:
-                    sync()
-                elapsed = clock() - start
-            times.append(elapsed)
-        result = summary(times)
-        return result * unit if unit != 1 else result
-    return timer
+def make_loader(pin="device", generator=True, global_seed=False, shuffle=True, drop_last=False, on_device=False,
+                batch=None, seed_offset=0, fixed_seed=None):
+    def fn(X, y, batch_size, device, seed):
+        if global_seed:
+            torch.manual_seed(seed)
+        Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+        if on_device:
+            Xt, yt = Xt.to(device), yt.to(device)
+        pinned = {"device": device.type == "cuda", "always": True, "never": False,
+                  "available": torch.cuda.is_available()}[pin]
+        kwargs = {}
+        if generator and shuffle:
+            kwargs["generator"] = torch.Generator().manual_seed(fixed_seed if fixed_seed is not None else seed)
+        return DataLoader(TensorDataset(Xt, yt), batch_size=batch or batch_size, shuffle=shuffle,
+                          drop_last=drop_last, pin_memory=pinned, **kwargs)
+    return fn
 
 
-def _sync_once_at_the_end(epoch_fn, sync, warmup=1, repeats=3):
-    for _ in range(warmup):
-        epoch_fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        epoch_fn()
-        times.append(time.perf_counter() - start)
-    sync()
-    return statistics.median(times)
+class _ReseededEachEpoch:
+    """A sampler that seeds a generator anew at every epoch: the same order every epoch."""
+
+    def __init__(self, n, seed):
+        self.n, self.seed = n, seed
+
+    def __iter__(self):
+        return iter(torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed)).tolist())
+
+    def __len__(self):
+        return self.n
 
 
-def _uses_benchmark(epoch_fn, sync, warmup=1, repeats=3):
-    from gpucourse.timing import benchmark
-
-    return benchmark(epoch_fn, "cpu", warmup=warmup, repeats=repeats).median
-
-
-def _unsorted_middle(times):
-    return times[len(times) // 2]
+def _same_order_every_epoch(X, y, batch_size, device, seed):
+    return DataLoader(TensorDataset(torch.from_numpy(X), torch.from_numpy(y)), batch_size=batch_size,
+                      sampler=_ReseededEachEpoch(len(X), seed), pin_memory=device.type == "cuda")
 
 
 Q4_WRONG = {
-    "never synchronises": (make_timer(sync_before=False, sync_after=False),
-                           ["never called sync()", "QUEUES"]),
-    "one sync at the very end": (_sync_once_at_the_end, ["no sync()", "after timed call 1"]),
-    "clock read before sync": (make_timer(clock_late=True), ["before the work had finished", "AFTER epoch_fn()"]),
-    "no warm-up": (make_timer(warmup_calls=0), ["called epoch_fn 3 times", "warm-up"]),
-    "warm-up hard-coded to one call": (make_timer(warmup_calls=1), ["warmup=3", "warm-up calls", "don't fix"]),
-    "repeats hard-coded to three": (make_timer(repeats_calls=3), ["repeats=4", "number of repeats", "don't fix"]),
-    "warm-up not waited for": (make_timer(sync_before=False), ["warm-up's work was still queued"]),
-    "warm-up included in the median": (make_timer(time_warmup=True, sync_after_warmup=True),
-                                       ["includes the warm-up"]),
-    "mean instead of median": (make_timer(summary=statistics.fmean), ["mean", "median"]),
-    "fastest repeat": (make_timer(summary=min), ["fastest"]),
-    "middle of the unsorted list": (make_timer(summary=_unsorted_middle), ["slowest", "sorted"]),
-    "upper middle of the sorted list": (make_timer(summary=lambda t: sorted(t)[len(t) // 2]),
-                                        ["even number of repeats", "two middle values"]),
-    "first repeat only": (make_timer(summary=lambda t: t[0]), ["first repeat only", "median"]),
-    "last repeat only": (make_timer(summary=lambda t: t[-1]), ["last repeat only", "median"]),
-    "total of the repeats": (make_timer(summary=sum), ["total"]),
-    "milliseconds": (make_timer(unit=1e3), ["milliseconds", "seconds"]),
-    "CPU clock": (make_timer(clock=time.process_time), ["before the work had finished", "process_time"]),
-    "all the times": (make_timer(summary=list), ["return one", "median"]),
-    "a constant": (lambda epoch_fn, sync, warmup=1, repeats=3: 0.04, ["never called epoch_fn()"]),
-    "a constant after timing correctly": (make_timer(summary=lambda t: 0.07), ["0.07", "median"]),  # under load it may read as the mean
-    "text": (make_timer(summary=lambda t: f"{statistics.median(t):.3f}"), ["text in quotes"]),
-    "benchmark() does it all": (_uses_benchmark, ["benchmark", "yourself"]),
-    "not a function": (0.04, ["pass the function itself"]),
+    "always pinned": (make_loader(pin="always"), ["pins its batches on a machine without a GPU"]),
+    "pinned when a GPU exists": (make_loader(pin="available"), ["go to the CPU", "Whether a GPU exists does not matter"]),
+    "never pinned": (make_loader(pin="never"), ["go to a GPU", "does not pin", "non_blocking"]),
+    "the global generator": (make_loader(generator=False, global_seed=True), ["global random generator", "its own generator"]),
+    "data moved to the device first": (make_loader(on_device=True), ["on cuda:1", "HOST memory"]),
+    "not shuffled": (make_loader(shuffle=False), ["stored order", "Shuffle"]),
+    "drop_last": (make_loader(drop_last=True), ["drop_last=True", "every event"]),
+    "batch size hard-coded": (make_loader(batch=16), ["batches hold 16", "batch_size argument"]),
+    "seed ignored": (make_loader(fixed_seed=0), ["seeds 1 and 2 give the same order"]),
+    "the same order every epoch": (_same_order_every_epoch, ["second epoch has the same order"]),
+    "a list of batches, not a loader": (lambda X, y, b, d, s: [(X[i:i + b], y[i:i + b]) for i in range(0, len(X), b)],
+                                        ["DataLoader"]),
+    "not a function": ((np.zeros(3), 0.7), ["pass the function itself"]),
 }
 
 
 @pytest.mark.parametrize("name", list(Q4_WRONG))
 def test_q4_wrong_answers_name_the_mistake(name):
     answer, words = Q4_WRONG[name]
-    assert_wrong(ep03.q4, [answer], words)
+    assert_wrong(ep03.q4, [answer, 0.5, 0.4], words)
 
 
-def test_q4_fake_device_only_finishes_work_when_synchronised():
-    device = ep03._QueuedDevice([0.05])
-    start = time.perf_counter()
-    device.epoch_fn()
-    launched = time.perf_counter() - start
-    device.sync()
-    done = time.perf_counter() - start
-    assert launched < 0.01 and done >= 0.05
+@pytest.mark.parametrize("times, words", [
+    (("0.5", 0.4), ["text in quotes"]),
+    ((0.0, 0.4), ["more than 0"]),
+    ((-0.5, 0.4), ["more than 0"]),
+    ((Timing((0.5, 0.6)), 0.4), ["pass its median"]),
+    ((0.5, float("nan")), ["finite"]),
+])
+def test_q4_timings_must_be_seconds(times, words):
+    assert_wrong(ep03.q4, [host_loader, *times], words)
 
 
 # --- q5: the crossover ---------------------------------------------------------------------------
@@ -571,10 +608,21 @@ def test_q5_mismatched_sweep_lengths_are_explained():
     assert_wrong(ep03.q5, [100, crossover, WIDTHS, CPU[:3], GPU], ["one time per width"])
 
 
-def test_every_exercise_has_hint_and_solution(capsys):
-    for q in (ep03.q1, ep03.q2, ep03.q3, ep03.q4, ep03.q5):
+def test_every_exercise_has_two_hint_steps_and_a_solution(capsys):
+    exercises = (ep03.q1, ep03.q2, ep03.q3, ep03.q4, ep03.q5)
+    for q in exercises:
+        assert len(q.hints) == 2, q.name
         q.hint()
+        q.hint(2)
         q.solution()
     out = capsys.readouterr().out
-    assert out.count("Hint 1 (ep03.") == 5 and out.count("solutions/03-pytorch-classifier.ipynb") == 5
+    assert out.count("Hint 1 (ep03.") == 5 and out.count("Hint 2 (ep03.") == 5
+    assert out.count("solutions/03-pytorch-classifier.ipynb") == 5
 
+
+@pytest.mark.parametrize("q", ["q1", "q2", "q3", "q4", "q5"])
+def test_hints_give_no_code(q):
+    """Neither step of a hint spells out the answer: no calls, no attribute chains, no operators."""
+    for text in getattr(ep03, q).hints:
+        for code in ("(", "=", ".to", ".cpu", "next", "torch.", "np.", "[", "__"):
+            assert code not in text, (q, code, text)

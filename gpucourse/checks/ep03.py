@@ -1,14 +1,15 @@
 """Checks for episode 3, "A PyTorch classifier on the GPU".
 
-``q1`` standardise with training-set statistics · ``q2`` a training step that follows the
-model's device · ``q3`` bring results back for NumPy and scikit-learn · ``q4`` time one epoch
-correctly · ``q5`` predict, then measure, the crossover width.
+``q1`` standardise features where they live, on the device · ``q2`` a training step that follows the
+model's device and dtype · ``q3`` a whole epoch's results brought back to the host once · ``q4`` a
+loader that streams from host memory, pinned where it helps · ``q5`` predict, then measure, the
+crossover width.
 
 Every check calls the learner's function on fixtures of its own, several of them, so that a
 constant or an answer right for one case only cannot pass; it recomputes what the right result
 is rather than trusting numbers it is handed.
 
-Two stand-ins make the GPU lessons checkable on any machine:
+A stand-in makes the GPU lessons checkable on any machine:
 
 * ``_SimulatedGPUs`` pretends that CUDA GPUs exist. A tensor "on cuda:1" is a CPU tensor tagged
   with that device; ``.device`` reports the tag, ``.to()``/``.cuda()``/``.cpu()`` and factory
@@ -16,9 +17,8 @@ Two stand-ins make the GPU lessons checkable on any machine:
   error PyTorch raises on a GPU ("Expected all tensors to be on the same device ...").
   It never runs anything on the ``meta`` device (a meta-device matmul crashes one PyTorch build
   when TensorFlow is loaded).
-* ``_QueuedDevice`` is a pretend GPU for timing: its ``epoch_fn()`` only queues work and returns
-  at once; the work is done when ``sync()`` has waited for it. The check records every call, so
-  it sees whether, when and how often a timer synchronises.
+  It also records every copy from a simulated GPU to the host (``.cpu()``, ``.item()``, ``float()``
+  ...), the moments a real GPU would make the CPU wait.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import copy
 import math
 import numbers
 import statistics
-import time
 from unittest import mock
 
 import numpy as np
@@ -54,22 +53,13 @@ def _describe(value) -> str:
 
 
 
-def _code_names(fn) -> set[str]:
-    """Every global and attribute name that ``fn``'s code (nested functions too) refers to."""
-    names: set[str] = set()
-    todo = [getattr(fn, "__code__", None)]
-    while todo:
-        code = todo.pop()
-        if code is None:
-            continue
-        names.update(code.co_names)
-        todo.extend(c for c in code.co_consts if hasattr(c, "co_names"))
-    return names
-
-
 # --- a simulated GPU for PyTorch ---------------------------------------------------------
 
 _TAG = "_gpucourse_simulated_device"
+_TO_HOST = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__")
+_CALLED = {"item": ".item()", "tolist": ".tolist()", "__float__": "float(tensor)", "__int__": "int(tensor)",
+           "__bool__": "a tensor in an if or and/or", "__index__": "a tensor as an index", "cpu": ".cpu()",
+           "to": ".to('cpu')", "cuda": ".cuda()"}
 
 
 class DeviceMismatch(RuntimeError):
@@ -109,6 +99,7 @@ class _SimulatedGPUs:
     def __init__(self, count: int):
         self.count = count
         self.paused = False
+        self.to_host: list[str] = []    # every copy from a simulated GPU to the host, by the call that made it
         self._stack = contextlib.ExitStack()
 
     # which device a request means here
@@ -174,6 +165,8 @@ class _SimulatedGPUs:
         if any(is_blank(a) for a in flat):
             raise NotDone("your function still uses ____: replace it with your code.")
         name = getattr(func, "__name__", "")
+        if name in _TO_HOST and args and hasattr(args[0], _TAG):   # a number back to Python: the CPU waits
+            self.to_host.append(name)
         if name in ("__get__", "__set__"):                       # a property: t.device, t.data, ...
             attr = getattr(getattr(func, "__self__", None), "__name__", "")
             obj = args[0]
@@ -236,6 +229,8 @@ class _SimulatedGPUs:
             target, dtype, _, _ = torch._C._nn._parse_to(*args[1:], **kwargs)
             target = None if target is None else self.target(target)
         out = t if dtype is None or dtype == t.dtype else t.to(dtype=dtype)
+        if target is not None and target.type == "cpu" and current.type == "cuda":
+            self.to_host.append(name)
         if target is None or target == current:
             return out if out is t else _tag(out, current)
         if out is t:
@@ -251,52 +246,61 @@ def _mlp(n_features: int, width: int, seed: int):
     return nn.Sequential(nn.Linear(n_features, width), nn.ReLU(), nn.Linear(width, 1))
 
 
-# --- q1: standardise with training-set statistics --------------------------------------------
+# --- q1: standardise on the device, with training-set statistics -----------------------------------
 
 def _q1_fixtures():
+    """(description, GPUs of the simulated machine, device of the features, X_train, X_test, constant column)."""
     rng = np.random.default_rng(31)
+    gev = rng.gamma(2.0, 20.0, size=(160, 6)).astype(np.float32)
+    flag = gev.copy()
+    flag[:120, 2] = 1.0                                   # one feature constant in the training set
     scales = np.array([1000.0, 1.0, 0.01])
-    gev = rng.gamma(2.0, 20.0, size=(160, 15)).astype(np.float32)
     return [
-        ("5 features, test events from a shifted distribution",
-         rng.normal(5.0, 2.0, size=(200, 5)), rng.normal(9.0, 3.0, size=(80, 5))),
-        ("3 features on very different scales, a test set of ONE event",
-         rng.normal([50_000.0, 0.0, -3.0], scales, size=(60, 3)), rng.normal([52_000.0, 1.0, -3.0], scales, size=(1, 3))),
-        ("15 float32 features in GeV",
-         gev[:120], gev[120:] * 1.5),
+        ("5 float32 features on a machine without a GPU", 0, "cpu",
+         rng.normal(5.0, 2.0, size=(200, 5)).astype(np.float32), rng.normal(9.0, 3.0, size=(80, 5)).astype(np.float32),
+         None),
+        ("6 features on cuda:1, feature 2 the same for every training event", 2, "cuda:1",
+         flag[:120], flag[120:] * 1.5, 2),
+        ("3 float64 features on cuda:0, a test set of ONE event", 1, "cuda:0",
+         rng.normal([50_000.0, 0.0, -3.0], scales, size=(60, 3)), rng.normal([52_000.0, 1.0, -3.0], scales, size=(1, 3)),
+         None),
     ]
 
 
+def _standardise_reference(train, test, ddof):
+    """What a right answer gives, in float64 NumPy: a feature without spread is only centred."""
+    mu, sd = train.mean(axis=0), train.std(axis=0, ddof=ddof)
+    sd = np.where(sd == 0, 1.0, sd)
+    return (train - mu) / sd, (test - mu) / sd
+
+
 def _standardise_alternatives(train, test):
-    """What common mistakes return: (message, train_result, test_result)."""
-    mu, sd = train.mean(axis=0), train.std(axis=0)
+    """What common mistakes return, with either std (ddof 0 or 1): (message, train_result, test_result)."""
+    return [alt for ddof in (0, 1) for alt in _alternatives_with(train, test, ddof)]
+
+
+def _alternatives_with(train, test, ddof):
+    mu, sd = train.mean(axis=0), train.std(axis=0, ddof=ddof)
     both = np.concatenate([train, test])
     with np.errstate(all="ignore"):
         return [
             ("your statistics include the test events (mean and std of X_train and X_test together): "
              "information about the test set leaks into training. Compute them from X_train only.",
-             (train - both.mean(0)) / both.std(0), (test - both.mean(0)) / both.std(0)),
+             (train - both.mean(0)) / both.std(0, ddof=ddof), (test - both.mean(0)) / both.std(0, ddof=ddof)),
             ("X_test was standardised with its own mean and std. Use the TRAINING mean and std for every "
              "split: the test set must stay unseen, and the model expects features scaled as in training.",
-             (train - mu) / sd, (test - test.mean(0)) / test.std(0)),
-            ("X_test was centred with its own mean. Subtract the TRAINING mean (and divide by the "
-             "training std) in every split.",
-             (train - mu) / sd, (test - test.mean(0)) / sd),
-            ("the mean and std are single numbers for the whole table; pass axis=0 for one value per "
-             "feature (column).",
-             (train - train.mean()) / train.std(), (test - train.mean()) / train.std()),
-            ("the statistics are per event (axis=1, along each row); use axis=0: one mean and std per "
-             "feature, over the training events.",
-             (train - train.mean(1, keepdims=True)) / train.std(1, keepdims=True),
-             (test - test.mean(1, keepdims=True)) / test.std(1, keepdims=True)),
-            ("you divided by the variance; divide by the standard deviation (its square root, .std(axis=0)).",
-             (train - mu) / train.var(0), (test - mu) / train.var(0)),
+             (train - mu) / sd, (test - test.mean(0)) / test.std(0, ddof=ddof)),
+            ("the mean and std are single numbers for the whole table; take them along the events "
+             "(dim=0), one value per feature (column).",
+             (train - train.mean()) / train.std(ddof=ddof), (test - train.mean()) / train.std(ddof=ddof)),
+            ("the statistics are per event (dim=1, along each row); take them along dim=0: one mean and "
+             "std per feature, over the training events.",
+             (train - train.mean(1, keepdims=True)) / train.std(1, ddof=ddof, keepdims=True),
+             (test - test.mean(1, keepdims=True)) / test.std(1, ddof=ddof, keepdims=True)),
+            ("you divided by the variance; divide by the standard deviation (its square root).",
+             (train - mu) / train.var(0, ddof=ddof), (test - mu) / train.var(0, ddof=ddof)),
             ("you subtracted the mean but did not divide by the standard deviation.", train - mu, test - mu),
             ("you divided by the standard deviation but did not subtract the mean.", train / sd, test / sd),
-            ("that is min-max scaling to [0, 1]; standardising means (x - mean) / std.",
-             (train - train.min(0)) / (train.max(0) - train.min(0)), (test - train.min(0)) / (train.max(0) - train.min(0))),
-            ("you returned them in the wrong order: return X_train's result first, then X_test's.",
-             (test - mu) / sd, (train - mu) / sd),
         ]
 
 
@@ -305,59 +309,113 @@ def _close(a, b) -> bool:
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-4, atol=1e-4))
 
 
+def _explain_standardise_error(case: str, where: str):
+    def explain(exc):
+        text = str(exc)
+        if "can't convert" in text and "numpy" in text:
+            return (f"with {case}: {text} The features live on {where}: compute the statistics with torch "
+                    "operations on the tensors themselves, where they are. A trip through NumPy would copy "
+                    "the whole table to the host and back.")
+        if isinstance(exc, DeviceMismatch):
+            return (f"with {case}: an operation met tensors on {exc.devices[0]} and {exc.devices[1]}. "
+                    f"Everything you make (the statistics, any constant tensor) must be on {where}, "
+                    "like the features: a tensor made without device= is on the CPU.")
+        if "No CUDA GPUs are available" in text or "invalid device ordinal" in text:
+            return (f"with {case}, your function asked for a device that is not there ({text}). Don't name "
+                    "a device: the results belong where the features already are.")
+        return None
+    return explain
+
+
 def _check_standardise(standardise):
     import torch
 
     require_function(standardise, "standardise")
-    for description, train, test in _q1_fixtures():
-        train_in, test_in = train.copy(), test.copy()
+    for description, gpus, where, train, test, constant in _q1_fixtures():
         what = f"standardise(X_train, X_test) with {description}"
-        out = _call(standardise, train_in, test_in, what=what)
-        if not (np.array_equal(train_in, train) and np.array_equal(test_in, test)):
-            raise Wrong(f"{what} changed its inputs in place (X -= mean does that): the caller's raw "
-                        "features are gone. Return new arrays: (X - mean) / std.")
+        with _SimulatedGPUs(gpus) as sim:
+            X_train, X_test = torch.from_numpy(train.copy()), torch.from_numpy(test.copy())
+            sim.place(X_train, where)
+            sim.place(X_test, where)
+            out = _call(standardise, X_train, X_test, what=what,
+                        explain=_explain_standardise_error(description, where))
+            copies = list(sim.to_host)
+        if not (np.array_equal(X_train.numpy(), train) and np.array_equal(X_test.numpy(), test)):
+            raise Wrong(f"{what} changed its inputs in place (X -= mean, or sub_ does that): the caller's raw "
+                        "features are gone. Return new tensors: (X - mean) / std.")
         if not isinstance(out, (tuple, list)) or len(out) != 2:
-            kind = "one array" if isinstance(out, (np.ndarray, torch.Tensor)) else _describe(out)
-            raise Wrong(f"{what} returned {kind}; return two arrays, the standardised X_train and X_test: "
-                        "return train_std, test_std.")
-        shapes = [getattr(a, "shape", None) for a in out]
+            kind = "one tensor" if isinstance(out, (np.ndarray, torch.Tensor)) else _describe(out)
+            raise Wrong(f"{what} returned {kind}; return two tensors, the standardised X_train and X_test.")
+        shapes = [tuple(getattr(a, "shape", ())) for a in out]
         if shapes == [test.shape, train.shape] and train.shape != test.shape:
             raise Wrong(f"{what} returned X_test's result first; return them in the order they came in: "
                         "the standardised X_train, then X_test.")
         for label, arr, raw in (("X_train", out[0], train), ("X_test", out[1], test)):
-            if isinstance(arr, torch.Tensor):
-                raise Wrong(f"the standardised {label} is a torch.Tensor; NumPy arrays in, NumPy arrays out.")
-            if not isinstance(arr, np.ndarray):
-                raise Wrong(f"the standardised {label} should be a NumPy array, got {_describe(arr)}.")
-            if arr.shape != raw.shape:
-                raise Wrong(f"{what}: the standardised {label} has shape {arr.shape}, but {label} has shape "
+            if isinstance(arr, np.ndarray):
+                raise Wrong(f"{what}: the standardised {label} is a NumPy array. The features live on "
+                            f"{where}; return torch tensors on that device, computed there.")
+            if not isinstance(arr, torch.Tensor):
+                raise Wrong(f"{what}: the standardised {label} should be a torch.Tensor, got {_describe(arr)}.")
+            landed = _device_of(arr)
+            if str(landed) != where:
+                raise Wrong(f"{what}: the standardised {label} is on {landed}, but the features were on {where}. "
+                            "Keep the work where the data live: compute with torch on the tensors as they "
+                            "come, with no .cpu() or .to() on the way (a round trip costs two copies of the "
+                            "table, and the model on the device wants them there).")
+            if arr.dtype != torch.from_numpy(raw).dtype:
+                raise Wrong(f"{what}: the standardised {label} is {arr.dtype}, but the features were "
+                            f"{torch.from_numpy(raw).dtype}; keep their dtype.")
+            if tuple(arr.shape) != raw.shape:
+                raise Wrong(f"{what}: the standardised {label} has shape {tuple(arr.shape)}, but {label} has shape "
                             f"{raw.shape}; standardising keeps the shape.")
-            if not np.all(np.isfinite(arr)):
-                extra = (" X_test here holds ONE event: its own std is 0. Use the training set's mean and std "
-                         "for every split." if label == "X_test" and len(raw) == 1 else "")
-                raise Wrong(f"{what}: the standardised {label} contains NaN or inf.{extra}")
-        mu = train.mean(axis=0)
-        good = [((train - mu) / sd, (test - mu) / sd) for sd in (train.std(0), train.std(0, ddof=1))]
-        if any(_close(out[0], a) and _close(out[1], b) for a, b in good):
+        if copies:
+            raise Wrong(f"{what}: your function copied numbers from the device to the host "
+                        f"({', '.join(sorted(set(_CALLED.get(c, c) for c in copies)))}, {len(copies)} time(s)). "
+                        "Each copy makes the CPU wait "
+                        "for the GPU. Compute every statistic as a tensor on the device, all features at once.")
+        got = [a.detach().numpy().astype(np.float64) for a in out]
+        train64, test64 = train.astype(np.float64), test.astype(np.float64)
+        if constant is not None:
+            column = got[1][:, constant]
+            if not np.all(np.isfinite(got[0][:, constant])) or not np.all(np.isfinite(column)):
+                raise Wrong(f"{what}: feature {constant} has the same value in every training event, so its "
+                            "standard deviation is 0 and (x - mean) / std gives NaN or inf. A feature without "
+                            "spread should only be centred: divide it by 1 instead of 0 (scikit-learn's "
+                            "StandardScaler does the same).")
+            expected = test64[:, constant] - train64[:, constant].mean()
+            if not _close(column, expected):
+                raise Wrong(f"{what}: feature {constant} is constant in the training set; the test values "
+                            f"became {column[:3].round(3).tolist()}…, expected {expected[:3].round(3).tolist()}… "
+                            "(centred only). Dividing by a tiny number instead of 0 blows them up: divide a "
+                            "feature without spread by 1.")
+        if any(_close(got[0], a) and _close(got[1], b)
+               for a, b in (_standardise_reference(train64, test64, ddof) for ddof in (0, 1))):
             continue
-        for message, a, b in _standardise_alternatives(train, test):
-            if _close(out[0], a) and _close(out[1], b):
+        keep = [j for j in range(train.shape[1]) if j != constant]
+        for message, a, b in _standardise_alternatives(train64[:, keep], test64[:, keep]):
+            if _close(got[0][:, keep], a) and _close(got[1][:, keep], b):
                 raise Wrong(f"{what}: {message}")
-        for label, arr, (ref0, ref1) in (("X_train", out[0], (good[0][0], good[1][0])),
-                                         ("X_test", out[1], (good[0][1], good[1][1]))):
-            if not (_close(arr, ref0) or _close(arr, ref1)):
-                err = np.abs(np.asarray(arr, dtype=np.float64) - ref0)
-                row, col = np.unravel_index(int(np.argmax(err)), err.shape)
+        ref_train, ref_test = _standardise_reference(train64, test64, 0)
+        for label, arr, ref in (("X_train", got[0], ref_train), ("X_test", got[1], ref_test)):
+            if not _close(arr, ref) and not _close(arr, _standardise_reference(train64, test64, 1)[label == "X_test"]):
+                err = np.abs(arr - ref)
+                row, col = np.unravel_index(int(np.nanargmax(np.where(np.isnan(err), np.inf, err))), err.shape)
                 raise Wrong(f"{what}: the standardised {label}[{row}, {col}] is {arr[row, col]:.4g}, expected "
-                            f"{ref0[row, col]:.4g} = ({label}[{row}, {col}] - mean[{col}]) / std[{col}] with the "
+                            f"{ref[row, col]:.4g} = ({label}[{row}, {col}] - mean[{col}]) / std[{col}] with the "
                             "mean and std of X_train's columns.")
-    return ("one mean and std per feature, from the training set only, applied to every split (tested on "
-            f"{len(_q1_fixtures())} data sets, one with a single test event).")
+    return ("one mean and std per feature, from the training set only, computed on the device where the "
+            "features live, and a feature without spread only centred (tested on the CPU and on simulated "
+            "GPUs, with a test set of one event).")
 
 
 q1 = Exercise("ep03.q1", _check_standardise,
-              hint="mean = X_train.mean(axis=0) and std = X_train.std(axis=0): axis=0 runs over events, "
-                   "giving one number per feature. Then return (X_train - mean) / std, (X_test - mean) / std.",
+              hint=("Where do the features live when your function gets them, and what happens to the "
+                    "training loop's speed if the statistics take a detour through the host? And what becomes of "
+                    "a feature whose value never changes in the training set when you divide by its spread?",
+                    "Reduce over the events, the first dimension, of the training tensor only, with torch's "
+                    "own reductions, so the statistics are tensors on the same device; apply them to both "
+                    "splits. Where a standard deviation is zero, put one in its place before dividing: an "
+                    "element-wise choice between two tensors on the same device."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -390,10 +448,11 @@ class _RecordingSGD:
 
 
 _Q2_CASES = [
-    # (what the machine has, how many simulated GPUs, where the model lives, features)
-    ("a machine without a GPU, the model on the CPU", 0, "cpu", 6),
-    ("a machine with 2 GPUs, the model on cuda:1", 2, "cuda:1", 4),
-    ("a machine with a GPU, the model deliberately left on the CPU", 1, "cpu", 5),
+    # (what the machine has, how many simulated GPUs, where the model lives, its dtype, features)
+    ("a machine without a GPU, the model on the CPU in float32", 0, "cpu", "float32", 6),
+    ("a machine with 2 GPUs, the model on cuda:1 in float32", 2, "cuda:1", "float32", 4),
+    ("a machine with a GPU, the model deliberately left on the CPU, in float64", 1, "cpu", "float64", 5),
+    ("a machine with a GPU, the model on cuda:0 in float64", 1, "cuda:0", "float64", 3),
 ]
 _STALE_GRAD = 0.25  # what the gradients hold before the step, as if left over from an earlier one
 
@@ -419,6 +478,16 @@ def _explain_step_error(case: str, model_device):
         if "No CUDA GPUs are available" in text or "invalid device ordinal" in text:
             return (f"on {case}, your function asked for a GPU that is not there ({text}). Don't name a "
                     "device: use the model's, next(model.parameters()).device.")
+        if "must have the same dtype" in text and "got Double and Float" in text:
+            return (f"on {case}, model(xb) met float64 features and a float32 model ({text}). NumPy makes "
+                    "float64 by default; convert the features to the dtype of the model's parameters, as well "
+                    "as to their device.")
+        if "must have the same dtype" in text and "got Float and Double" in text:
+            return (f"on {case}, model(xb) met float32 features and a float64 model ({text}). Don't fix float32: "
+                    "take the dtype from the model's parameters, as you take the device.")
+        if "can't be cast to the desired output type Long" in text or ("Long" in text and "entropy" in text):
+            return (f"on {case}: {text}. The labels arrive as integers (int64); BCEWithLogitsLoss needs "
+                    "floating-point targets: convert them to the model's dtype too.")
         if isinstance(exc, AttributeError) and "'device'" in text:
             return ("an nn.Module has no .device attribute (its parameters have one, and they could even be "
                     "on different devices); ask a parameter: next(model.parameters()).device.")
@@ -438,15 +507,17 @@ def _check_train_step(train_step):
 
     require_function(train_step, "train_step")
     reference_loss = nn.BCEWithLogitsLoss()
-    for i, (case, gpus, where, n_features) in enumerate(_Q2_CASES):
+    for i, (case, gpus, where, dtype, n_features) in enumerate(_Q2_CASES):
         rng = np.random.default_rng(100 + i)
-        X = rng.normal(size=(24, n_features)).astype(np.float32)
-        y = (rng.random(24) < 0.5).astype(np.float32)
+        X = rng.normal(size=(24, n_features))                 # float64, as NumPy makes them
+        y = (rng.random(24) < 0.5).astype(np.int64)           # integer labels, as a table holds them
         X_in, y_in = X.copy(), y.copy()
-        model = _mlp(n_features, 8, seed=i)
+        model = _mlp(n_features, 8, seed=i).to(getattr(torch, dtype))
 
         reference = copy.deepcopy(model)                     # the right step, on the real CPU
-        expected_loss = reference_loss(reference(torch.from_numpy(X)).squeeze(1), torch.from_numpy(y))
+        as_model = dict(dtype=getattr(torch, dtype))
+        expected_loss = reference_loss(reference(torch.from_numpy(X).to(**as_model)).squeeze(1),
+                                       torch.from_numpy(y).to(**as_model))
         expected_loss.backward()
         expected_grads = [p.grad.clone() for p in reference.parameters()]
 
@@ -494,254 +565,250 @@ def _check_train_step(train_step):
     if torch.cuda.is_available():                            # and once for real, on this machine's GPU
         device = torch.device("cuda", 0)
         model = _mlp(4, 8, seed=7).to(device)
-        X = np.random.default_rng(7).normal(size=(16, 4)).astype(np.float32)
-        y = np.ones(16, dtype=np.float32)
+        X = np.random.default_rng(7).normal(size=(16, 4))
+        y = np.ones(16, dtype=np.int64)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         _call(train_step, model, optimizer, X, y, what="train_step(...) with the model on this machine's GPU",
               explain=_explain_step_error("this machine's GPU", device))
         extra = " It also ran on this machine's real GPU."
-    return ("the batch and the labels go to the model's device, wherever that is (tested on simulated "
-            f"machines with 0, 1 and 2 GPUs).{extra}")
+    return ("the features and the labels go to the model's device and dtype, wherever it is and whatever it "
+            f"computes in (tested on simulated machines with 0, 1 and 2 GPUs, float32 and float64 models).{extra}")
 
 
 q2 = Exercise("ep03.q2", _check_train_step,
-              hint="device = next(model.parameters()).device; xb = torch.from_numpy(X).to(device); "
-                   "yb = torch.from_numpy(y).to(device). Never torch.cuda.is_available() here: the model "
-                   "may be on the CPU, or on another GPU, even when a GPU exists.",
+              hint=("Who decided where this model lives and what it computes in: you, or the caller? What in "
+                    "the model itself can tell you both? And what does a loss for two classes expect its "
+                    "targets to be?",
+                    "Every parameter of a model is a tensor that knows its device and its dtype: ask one of "
+                    "them, and convert the features AND the labels to that device and dtype in one step each. "
+                    "Do not ask what the machine has: a GPU may exist while the model stays on the CPU."),
               solution=solution_link(NOTEBOOK))
 
 
-# --- q3: back to NumPy and Python for scikit-learn -------------------------------------------------
+# --- q3: a whole epoch's results, brought back once ----------------------------------------------------
 
-def _q3_outputs(n: int, squeeze: bool, seed: int):
+_Q3_CASES = [
+    # (description, simulated GPUs, device of the model and the batches, batch sizes)
+    ("3 batches of 16, 16 and 5 events on a machine without a GPU", 0, "cpu", (16, 16, 5)),
+    ("4 batches of 8, 8, 8 and 3 events on cuda:0", 1, "cuda:0", (8, 8, 8, 3)),
+]
+
+
+def _q3_batches(sizes, seed, n_features=5):
     import torch
-    from torch import nn
 
-    model = _mlp(5, 8, seed)
     rng = np.random.default_rng(seed)
-    xb = torch.from_numpy(rng.normal(size=(n, 5)).astype(np.float32))
-    yb = torch.from_numpy((rng.random(n) < 0.5).astype(np.float32))
-    logits = model(xb)
-    prob = torch.sigmoid(logits)
-    loss = nn.functional.binary_cross_entropy_with_logits(logits.squeeze(1), yb)
-    return (prob.squeeze(1) if squeeze else prob), loss
+    return [(torch.from_numpy(rng.normal(size=(n, n_features)).astype(np.float32)),
+             torch.from_numpy((rng.random(n) < 0.5).astype(np.float32))) for n in sizes]
 
 
-def _explain_back_error(case: str):
+def _explain_collect_error(case: str):
     def explain(exc):
         text = str(exc)
         if "can't convert" in text and "numpy" in text:
-            return (f"with {case}: {text} The GPU's memory is not the host's: copy to the CPU before "
-                    "NumPy, prob.detach().cpu().numpy().")
+            return (f"with {case}: {text} The results are in the GPU's memory: they must come to the host "
+                    "before NumPy can read them.")
         if "requires grad" in text:
-            return (f"with {case}: {text} prob is part of the autograd graph: prob.detach() first "
-                    "(then .cpu().numpy()).")
+            return (f"with {case}: {text} Collecting results needs no gradients: run the model without "
+                    "autograd (or detach), so no graph is kept and NumPy can read the tensor.")
+        if isinstance(exc, DeviceMismatch):
+            return (f"with {case}: an operation met tensors on {exc.devices[0]} and {exc.devices[1]}. A "
+                    "tensor you make to hold a total must be on the batches' device (or start from a "
+                    "Python 0, which meets a tensor anywhere).")
         return None
     return explain
 
 
-def _check_back(for_sklearn):
+def _check_collect(collect):
     import torch
+    from torch import nn
 
-    require_function(for_sklearn, "for_sklearn")
-    cases = [("prob of shape (40,) and loss on the CPU", 40, True, None, 0),
-             ("prob of shape (25, 1) and loss on a simulated GPU, cuda:0", 25, False, "cuda:0", 1)]
-    if torch.cuda.is_available():
-        cases.append(("prob and loss on this machine's GPU", 30, True, "real", 2))
-    for case, n, squeeze, where, seed in cases:
-        prob, loss = _q3_outputs(n, squeeze, seed)
-        expected_prob = prob.detach().numpy().astype(np.float64).ravel()
-        expected_loss = loss.item()
-        what = f"for_sklearn(prob, loss) with {case}"
-        if where == "real":
-            prob, loss = prob.to("cuda"), loss.to("cuda")
-            out = _call(for_sklearn, prob, loss, what=what, explain=_explain_back_error(case))
-        else:
-            with _SimulatedGPUs(1) as sim:
-                if where:
-                    with sim.pause():
-                        prob, loss = prob.clone(), loss.clone()   # still in the autograd graph
-                    sim.place(prob, where)
-                    sim.place(loss, where)
-                out = _call(for_sklearn, prob, loss, what=what, explain=_explain_back_error(case))
+    require_function(collect, "collect")
+    for seed, (case, gpus, where, sizes) in enumerate(_Q3_CASES):
+        model = _mlp(5, 8, seed)
+        batches = _q3_batches(sizes, seed)
+        with torch.no_grad():
+            logits = torch.cat([model(xb).squeeze(1) for xb, _ in batches])
+            labels = torch.cat([yb for _, yb in batches])
+            expected_prob = torch.sigmoid(logits).double().numpy()
+            expected_loss = nn.functional.binary_cross_entropy_with_logits(logits, labels).item()
+            batch_means = [nn.functional.binary_cross_entropy_with_logits(model(xb).squeeze(1), yb).item()
+                           for xb, yb in batches]
+        what = f"collect(model, batches) with {case}"
+        with _SimulatedGPUs(gpus) as sim:
+            for p in model.parameters():
+                sim.place(p, where)
+            for xb, yb in batches:
+                sim.place(xb, where)
+                sim.place(yb, where)
+            out = _call(collect, model, batches, what=what, explain=_explain_collect_error(case))
+            copies = list(sim.to_host)
         if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise Wrong(f"{what} returned {_describe(out)}; return two things: prob_np, loss_value.")
-        prob_np, loss_value = out
-        if isinstance(prob_np, numbers.Number) and isinstance(loss_value, (np.ndarray, torch.Tensor, list)):
-            raise Wrong(f"{what}: you returned (loss_value, prob_np); return prob_np first, then loss_value.")
-        if isinstance(prob_np, torch.Tensor):
-            raise Wrong(f"{what}: prob_np is still {_describe(prob_np)} (requires_grad={prob_np.requires_grad}); "
-                        "scikit-learn needs a NumPy array in host memory: prob.detach().cpu().numpy().")
-        if isinstance(prob_np, (list, tuple)):
-            raise Wrong(f"{what}: prob_np is a Python {type(prob_np).__name__}; return a NumPy array "
-                        "(.numpy(), not .tolist()).")
-        if not isinstance(prob_np, np.ndarray):
-            raise Wrong(f"{what}: prob_np should be a NumPy array, got {_describe(prob_np)}.")
-        if prob_np.shape != expected_prob.shape:
-            raise Wrong(f"{what}: prob_np has shape {prob_np.shape}; expected ({n},), a 1-D array with one "
-                        "probability per event, as scikit-learn's metrics want, whatever shape prob has: "
-                        "add .ravel() (or .reshape(-1)).")
-        if not np.allclose(prob_np.astype(np.float64), expected_prob, atol=1e-6):
-            raise Wrong(f"{what}: prob_np has the right shape but not prob's values; convert prob itself "
-                        "(no sigmoid, rounding or thresholding on the way).")
+            raise Wrong(f"{what} returned {_describe(out)}; return two things: the probabilities as a NumPy "
+                        "array, then the mean loss as a Python float.")
+        prob, loss_value = out
+        if isinstance(prob, numbers.Number) and not isinstance(loss_value, numbers.Number):
+            raise Wrong(f"{what}: you returned the loss first; return the probabilities first, then the loss.")
+        if len(copies) > 2:
+            kinds = ", ".join(sorted(set(_CALLED.get(c, c) for c in copies)))
+            raise Wrong(f"{what}: your function copied results from the GPU to the host {len(copies)} times "
+                        f"({kinds}) for {len(sizes)} batches. Each copy makes the CPU wait until the GPU has "
+                        "finished everything queued. Keep the running loss and the probabilities as tensors "
+                        "on the device while you loop, and bring them back once, at the end.")
+        if isinstance(prob, torch.Tensor):
+            raise Wrong(f"{what}: the probabilities are still {_describe(prob)}; scikit-learn wants a NumPy "
+                        "array in host memory.")
+        if isinstance(prob, (list, tuple)):
+            raise Wrong(f"{what}: the probabilities are a Python {type(prob).__name__}; return one NumPy array.")
+        if not isinstance(prob, np.ndarray):
+            raise Wrong(f"{what}: the probabilities should be a NumPy array, got {_describe(prob)}.")
+        n = sum(sizes)
+        if prob.size == n and prob.shape != (n,):
+            raise Wrong(f"{what}: the probabilities have shape {prob.shape}; return a 1-D array of {n}, one "
+                        "per event, as scikit-learn's metrics want.")
+        if prob.shape != (n,):
+            raise Wrong(f"{what}: the probabilities have shape {prob.shape}, but the batches hold {n} events; "
+                        "return one probability for every event of every batch, in order.")
+        prob64 = prob.astype(np.float64)
+        if np.allclose(prob64, torch.logit(torch.from_numpy(expected_prob)).numpy(), atol=1e-5):
+            raise Wrong(f"{what}: these are the model's logits; the probabilities are their sigmoid.")
+        if not np.allclose(prob64, expected_prob, atol=1e-5):
+            raise Wrong(f"{what}: the probabilities differ from the model's, sigmoid(model(xb)), event by event "
+                        "(in the order of the batches).")
         if isinstance(loss_value, torch.Tensor):
-            raise Wrong(f"{what}: loss_value is {_describe(loss_value)}; use loss.item() for a plain Python "
-                        "float (on a GPU it copies the number to the CPU, waiting for the GPU).")
-        if isinstance(loss_value, (np.ndarray, np.generic)) and not isinstance(loss_value, float):
-            raise Wrong(f"{what}: loss_value is a NumPy {type(loss_value).__name__} "
-                        f"{getattr(loss_value, 'dtype', '')}; loss.item() gives a plain Python float.")
-        value = as_number("loss_value", loss_value)
-        if not isinstance(loss_value, float):
-            raise Wrong(f"{what}: loss_value is the {type(loss_value).__name__} {loss_value!r}; return the "
-                        "loss itself as a Python float, loss.item().")
-        if not math.isclose(value, expected_loss, rel_tol=1e-6, abs_tol=1e-7):
-            raise Wrong(f"{what}: loss_value is {value:.6g}, but loss holds {expected_loss:.6g}; "
-                        "return loss.item() unchanged.")
-    return ("prob.detach().cpu().numpy().ravel() and loss.item() work wherever the tensors live (tested on "
-            "the CPU and on a simulated GPU, where .numpy() alone fails).")
+            raise Wrong(f"{what}: the loss is {_describe(loss_value)}; return a Python float.")
+        value = as_number("the mean loss", loss_value)
+        if math.isclose(value, statistics.fmean(batch_means), rel_tol=1e-5) and \
+                not math.isclose(value, expected_loss, rel_tol=1e-5):
+            raise Wrong(f"{what}: the loss is the mean of the batches' mean losses, {value:.6g}. The last batch "
+                        f"has only {sizes[-1]} events, so it counts too much: weight each batch's loss by its "
+                        f"number of events and divide by all {n} events; expected {expected_loss:.6g}.")
+        if math.isclose(value, sum(batch_means), rel_tol=1e-5):
+            raise Wrong(f"{what}: the loss is the sum of the batches' mean losses; return the mean loss per "
+                        f"event, {expected_loss:.6g}.")
+        if not math.isclose(value, expected_loss, rel_tol=1e-5, abs_tol=1e-7):
+            raise Wrong(f"{what}: the mean loss is {value:.6g}, expected {expected_loss:.6g}: the loss of every "
+                        f"event of every batch, averaged over all {n} events.")
+    return ("one copy to the host for the probabilities and one for the loss, however many batches, and the "
+            "loss weighted by batch size (tested on the CPU and on a simulated GPU, with a short last batch).")
 
 
-q3 = Exercise("ep03.q3", _check_back,
-              hint="prob.detach() drops the gradient history, .cpu() copies to host memory, .numpy() gives "
-                   "the array, .ravel() makes it 1-D; loss.item() gives a Python float.",
+q3 = Exercise("ep03.q3", _check_collect,
+              hint=("When does the CPU have to wait for the GPU, and how often does your loop make it wait? "
+                    "And if the last batch is smaller, is the mean of the batch means the mean over events?",
+                    "Inside the loop, keep everything as tensors on the device: append each batch's "
+                    "probabilities to a list and add each batch's loss times its size to a running total. After "
+                    "the loop, join the probabilities into one tensor and bring it and the total to the host "
+                    "once each; divide the total by the number of events. No gradients are needed."),
               solution=solution_link(NOTEBOOK))
 
 
-# --- q4: time one epoch correctly ----------------------------------------------------------------
+# --- q4: a loader that streams from host memory, pinned where it helps ---------------------------------
 
-class _QueuedDevice:
-    """A pretend GPU: ``epoch_fn()`` queues work and returns at once; ``sync()`` waits for it.
-
-    ``durations[i]`` is how long the work of the i-th call takes (the first one includes the
-    one-off start-up cost). Every call is recorded with the time it happened.
-    """
-
-    def __init__(self, durations):
-        self.durations = list(durations)
-        self.busy_until = time.perf_counter()
-        self.events: list[tuple] = []   # ("fn", t) and ("sync", t_enter, t_exit)
-
-    def epoch_fn(self):
-        now = time.perf_counter()
-        n = sum(1 for e in self.events if e[0] == "fn")
-        work = self.durations[n] if n < len(self.durations) else self.durations[-1]
-        self.busy_until = max(now, self.busy_until) + work
-        self.events.append(("fn", now))
-
-    def sync(self):
-        start = time.perf_counter()
-        left = self.busy_until - start
-        if left > 0:
-            time.sleep(left)
-        self.events.append(("sync", start, time.perf_counter()))
-
-
-# (warmup, repeats, seconds of work of each call: warm-up calls first; the first call pays a
-# one-off start-up cost). In each case the median differs by 20 ms or more from the mean, min,
-# max, total and either middle value, so a loaded machine cannot blur them; the two medians
-# (40 and 100 ms) are too far apart for one number to pass both. The second case has an even
-# number of repeats, and its counts tell "no warm-up", "warm-up fixed to 1" and "repeats fixed
-# to 3" apart.
 _Q4_CASES = [
-    (1, 3, [0.15, 0.04, 0.12, 0.02]),
-    (3, 4, [0.15, 0.03, 0.03, 0.30, 0.08, 0.12, 0.03]),
+    # (description, simulated GPUs, device the batches go to, events, batch size)
+    ("a machine without a GPU, batches for the CPU", 0, "cpu", 50, 16),
+    ("a machine with 2 GPUs, batches for cuda:1", 2, "cuda:1", 37, 8),
+    ("a machine with a GPU, batches for the CPU (the model stays there)", 1, "cpu", 20, 6),
 ]
-_Q4_TOLERANCE_S = 0.008
 
 
-def _check_timer(time_epoch):
-    require_function(time_epoch, "time_epoch")
-    names = _code_names(time_epoch)
-    if "benchmark" in names:
-        raise Wrong("time_epoch calls benchmark(...). This exercise is to write what it does yourself: the "
-                    "warm-up calls, sync() around each timed call, the repeats and their median.")
-    for warmup, repeats, durations in _Q4_CASES:
-        device = _QueuedDevice(durations)
-        what = f"time_epoch(epoch_fn, sync, warmup={warmup}, repeats={repeats})"
-        result = _call(lambda: time_epoch(device.epoch_fn, device.sync, warmup=warmup, repeats=repeats), what=what)
-        events = device.events
-        calls = [i for i, e in enumerate(events) if e[0] == "fn"]
-        expected_calls = warmup + repeats
-        if not calls:
-            raise Wrong(f"{what} never called epoch_fn(): a timer has to run the work it times.")
-        if len(calls) != expected_calls:
-            if len(calls) == repeats:
-                why = (" None of them was an untimed warm-up: call epoch_fn() `warmup` times first, "
-                       "without timing it, to pay the one-off start-up costs.")
-            elif len(calls) in (1 + repeats, warmup + 3):
-                fixed = "warm-up calls" if len(calls) == 1 + repeats else "repeats"
-                why = (f" It looks as if the number of {fixed} is fixed: use the arguments warmup and "
-                       "repeats; don't fix their numbers.")
-            else:
-                why = ""
-            raise Wrong(f"{what} called epoch_fn {len(calls)} times; expected warmup + repeats = "
-                        f"{expected_calls}.{why}")
-        if not any(e[0] == "sync" for e in events):
-            raise Wrong(f"{what} never called sync(). epoch_fn() only QUEUES the work on the device and "
-                        "returns at once; without sync() the clock measures the launch, not the epoch. "
-                        "Call sync() after epoch_fn() and before reading the clock.")
-        timed = calls[warmup:]
-        ends = calls[1:] + [len(events)]
-        for k, (i, end) in enumerate(zip(calls, ends)):
-            if k >= warmup and not any(e[0] == "sync" for e in events[i + 1:end]):
-                raise Wrong(f"{what}: after timed call {k - warmup + 1} of epoch_fn() there was no sync() before "
-                            "the next call. Each repeat must wait for its own work: sync() after every timed "
-                            "epoch_fn(), then read the clock.")
-        if warmup and not any(e[0] == "sync" for e in events[calls[warmup - 1] + 1:timed[0]]):
-            raise Wrong(f"{what}: the warm-up's work was still queued when the first timed call began, so "
-                        "the first repeat also timed the warm-up. Call sync() after the warm-up, before "
-                        "starting the clock.")
-        # What each timed call took, from its launch to the end of the sync() that waited for it.
-        observed = []
-        for i, end in zip(calls, ends):
-            sync_end = next(e[2] for e in events[i + 1:end] if e[0] == "sync") if any(
-                e[0] == "sync" for e in events[i + 1:end]) else events[i][1]
-            observed.append(sync_end - events[i][1])
-        times = observed[warmup:]
-        expected = statistics.median(times)
-        if isinstance(result, (list, tuple)) or (isinstance(result, np.ndarray) and result.ndim > 0):
-            raise Wrong(f"{what} returned {len(result)} numbers; return one: the median of the repeats "
-                        "(statistics.median(times)).")
-        if hasattr(result, "median") and not isinstance(result, numbers.Number):
-            raise Wrong(f"{what} returned {_describe(result)}; return the median itself, a number of seconds.")
-        got = as_number(f"the value {what} returned", result)
-        if abs(got - expected) <= _Q4_TOLERANCE_S:
-            continue
-        candidates = [
-            (expected * 1e3, "that is in milliseconds; return seconds (time.perf_counter() counts seconds)."),
-            (statistics.fmean(times), "that is the mean of the repeats; return the median, which ignores "
-                                      "the odd slow run (statistics.median)."),
-            (min(times), "that is the fastest repeat; return the median (statistics.median)."),
-            (max(times), "that is the slowest repeat; return the median, the middle value once sorted "
-                         "(statistics.median sorts for you)."),
-            (sum(times), "that is the total of all repeats; return the median of the repeats."),
-            (statistics.median(observed), "your median includes the warm-up calls; time only the "
-                                          "`repeats` calls that come after the warm-up."),
-            (times[-1], "that is the last repeat only; keep every repeat's time and return their median."),
-            (times[0], "that is the first repeat only; keep every repeat's time and return their median."),
-            (sorted(times)[len(times) // 2], "with an even number of repeats the median is the mean of the "
-                                             "two middle values (statistics.median does it)."),
-        ]
-        if got < 0.3 * min(durations):
-            raise Wrong(f"{what} returned {got * 1e3:.3g} ms, but each timed epoch's work takes at least "
-                        f"{min(durations[warmup:]) * 1e3:.0f} ms: the clock was read before the work had "
-                        "finished. Call sync() AFTER epoch_fn() and BEFORE reading the clock (with "
-                        "time.perf_counter(); time.process_time() does not count waiting).")
-        matches = [text for value, text in candidates
-                   if abs(value - got) <= _Q4_TOLERANCE_S * max(1.0, value / 0.1)]
-        if matches:
-            raise Wrong(f"{what} returned {got:.4g} s, but the median of the repeats was {expected:.4g} s: "
-                        + " Or: ".join(matches[:2]))
-        raise Wrong(f"{what} returned {got:.4g} s, but the median of the {repeats} timed repeats was "
-                    f"{expected:.4g} s (the repeats took {', '.join(f'{t:.3f}' for t in times)} s).")
-    return ("warm-up first, sync() before every clock reading, the median of the repeats: your timer is "
-            "right for a device that queues its work (tested with two warm-up/repeat settings).")
+def _loader_order(loader):
+    """The event indices of one epoch, in order, read from the loader's sampler (no batch is assembled)."""
+    return [int(i) for batch in loader.batch_sampler for i in batch] if loader.batch_sampler is not None else None
 
 
-q4 = Exercise("ep03.q4", _check_timer,
-              hint="for _ in range(warmup): epoch_fn(). Then sync() once, and for each repeat: "
-                   "start = time.perf_counter(); epoch_fn(); sync(); times.append(time.perf_counter() - start). "
-                   "Return statistics.median(times).",
+def _check_loader(host_loader, t_pageable, t_pinned):
+    import torch
+    from torch.utils.data import DataLoader
+
+    require_function(host_loader, "host_loader")
+    for k, (case, gpus, where, n, batch_size) in enumerate(_Q4_CASES):
+        rng = np.random.default_rng(40 + k)
+        X = rng.normal(size=(n, 4)).astype(np.float32)
+        y = (rng.random(n) < 0.5).astype(np.float32)
+        device = torch.device(where)
+        what = f"host_loader(X, y, batch_size={batch_size}, device={where!r}, seed=...) on {case}"
+        with _SimulatedGPUs(gpus):
+            loaders = [_call(host_loader, X, y, batch_size, device, seed, what=what) for seed in (1, 1, 2)]
+        loader = loaders[0]
+        if not isinstance(loader, DataLoader):
+            raise Wrong(f"{what} returned {_describe(loader)}; return a torch.utils.data.DataLoader.")
+        try:
+            with _SimulatedGPUs(gpus):                   # an item of a tensor on a (simulated) GPU is there too
+                first = tuple(loader.dataset[0]) + tuple(getattr(loader.dataset, "tensors", ()))
+        except Exception as exc:
+            raise Wrong(f"{what}: the loader's data set cannot be read ({type(exc).__name__}: {exc}).") from None
+        if len(loader.dataset) != n:
+            raise Wrong(f"{what}: the loader's data set holds {len(loader.dataset)} events; X has {n}.")
+        on_device = [t for t in first if isinstance(t, torch.Tensor) and _device_of(t).type != "cpu"]
+        if on_device:
+            raise Wrong(f"{what}: the data set's tensors are on {_device_of(on_device[0])}. A loader streams from HOST "
+                        "memory: leave the tensors there (pinning works only on host tensors), and let the "
+                        "training loop copy each batch.")
+        if loader.batch_size != batch_size:
+            raise Wrong(f"{what}: the batches hold {loader.batch_size} events; use the batch_size argument.")
+        if loader.drop_last:
+            raise Wrong(f"{what}: drop_last=True throws the last {n % batch_size} events away every epoch; an "
+                        "epoch should see every event.")
+        pin_expected = device.type == "cuda"
+        if bool(loader.pin_memory) != pin_expected:
+            if pin_expected:
+                raise Wrong(f"{what}: the batches go to a GPU, but the loader does not pin them. Pinned "
+                            "(page-locked) host memory is what the GPU copies from directly, and what makes "
+                            "non_blocking copies possible.")
+            if gpus:
+                raise Wrong(f"{what}: the loader pins its batches, but they go to the CPU. Whether a GPU exists "
+                            "does not matter: pin only when the device the batches go to is a CUDA GPU "
+                            "(pinning is one more copy, and the CPU reads ordinary memory anyway).")
+            raise Wrong(f"{what}: the loader pins its batches on a machine without a GPU. There pinning does "
+                        "nothing useful (PyTorch warns and skips it): pin only when the batches go to a CUDA GPU.")
+        orders = [_loader_order(loaders[0]), None, _loader_order(loaders[2])]   # loaders[1] is read below
+        if orders[0] is None or sorted(orders[0]) != list(range(n)):
+            raise Wrong(f"{what}: one epoch does not visit every event exactly once.")
+        if orders[0] == list(range(n)):
+            raise Wrong(f"{what}: the events come in their stored order. Shuffle them: a new order every epoch.")
+        torch.manual_seed(12345)                           # someone else uses the global generator ...
+        again = _loader_order(loaders[1])
+        if orders[0] != again:
+            raise Wrong(f"{what}: two loaders made with the same seed give different orders once other code "
+                        "has used PyTorch's global random generator. Give the loader its own generator, "
+                        "seeded with seed.")
+        if orders[0] == orders[2]:
+            raise Wrong(f"{what}: seeds 1 and 2 give the same order; use the seed argument.")
+        if _loader_order(loader) == orders[0]:
+            raise Wrong(f"{what}: the second epoch has the same order as the first. Seed a generator once, when "
+                        "the loader is made, not inside it for every epoch.")
+    if is_blank(t_pageable) or is_blank(t_pinned):
+        raise NotDone("your host_loader is right; now time one epoch from each loader (replace ____ with the "
+                      "seconds).")
+    times = {}
+    for name, value in (("t_pageable", t_pageable), ("t_pinned", t_pinned)):
+        if hasattr(value, "median") and not isinstance(value, numbers.Number):
+            raise Wrong(f"{name} is {_describe(value)}; pass its median, a number of seconds.")
+        times[name] = as_number(name, value)
+        if times[name] <= 0:
+            raise Wrong(f"{name} is {times[name]:g}; the seconds of one epoch are more than 0.")
+    ratio = times["t_pinned"] / times["t_pageable"]
+    if torch.cuda.is_available():
+        verdict = (f"Here pinned takes ×{ratio:.2f} the time of pageable. Below 1, pinning and non_blocking copies "
+                   "saved more than the extra copy into pinned memory cost; above 1, the per-batch pinning in the "
+                   "main process cost more than it saved (loader worker processes pin in parallel).")
+    else:
+        verdict = (f"No GPU here, so both loaders are the same pageable loader: the ×{ratio:.2f} between them is "
+                   "noise. Run this notebook on a GPU runtime to see what pinning does.")
+    return ("pinned exactly when the batches go to a GPU, host tensors, every event, a reproducible order "
+            f"(tested on simulated machines with 0, 1 and 2 GPUs). {verdict}")
+
+
+q4 = Exercise("ep03.q4", _check_loader,
+              hint=("Which memory does a GPU copy from directly, and does that matter when the batches go to "
+                    "the CPU? And what makes two runs see the same shuffled order, even when other code draws "
+                    "random numbers in between?",
+                    "Keep the tensors in host memory and wrap them in a data set; ask the loader to pin its "
+                    "batches only when the target device is a CUDA GPU, and give it a random generator of its "
+                    "own, seeded once. Then time one epoch over each loader with episode 1's timer and pass "
+                    "the medians."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -928,9 +995,11 @@ def _check_crossover(my_prediction, crossover, widths, cpu_times, gpu_times):
 
 
 q5 = Exercise("ep03.q5", _check_crossover,
-              hint="Return None at once if gpu_times is None. Otherwise go through the widths in order and "
-                   "return the first width i where gpu_times[j] < cpu_times[j] for EVERY j >= i "
-                   "(all(...) over the rest of the lists); None if there is none.",
+              hint=("If the GPU is faster at one width and slower again at a wider one, has it crossed over "
+                    "yet? And what should the answer be on a machine with no GPU times at all?",
+                    "Deal with the missing GPU first. Then walk through the widths in order and, at each one, "
+                    "ask whether the GPU is strictly faster at this width and at every wider one; the first "
+                    "width where that holds is the answer, and if none does, there is no crossover."),
               solution=solution_link(NOTEBOOK))
 
 __all__ = ["q1", "q2", "q3", "q4", "q5", "crossover_width", "DeviceMismatch"]
