@@ -18,6 +18,8 @@ import zlib
 from pathlib import Path
 
 import pytest
+import requests  # noqa: F401 - imported here, not for the first time inside a 2 s download deadline below
+import urllib3.connectionpool  # noqa: F401 - (a first import on a busy machine is slow)
 
 from faultserver import FaultServer, StalledHandshake
 from gpucourse.data import cache, download
