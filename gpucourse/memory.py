@@ -370,4 +370,28 @@ def meter_for(device):
     raise ValueError(f"no memory meter for device type {device.type!r}; use a CUDA device or the CPU.")
 
 
-__all__ = ["KIB", "MIB", "GIB", "format_bytes", "CudaMeter", "TensorMeter", "meter_for"]
+# --------------------------------------------------------------------------- fresh processes
+
+def run_child(command, env=None, timeout=300):
+    """Run ``command`` (a fresh Python process); return the JSON it printed last as a dict, or None after
+    printing why not (a timeout, or a failure with the end of its stderr).
+
+    Episode 6 runs TensorFlow and the CUDA allocator's settings in fresh processes: memory growth and
+    ``PYTORCH_CUDA_ALLOC_CONF`` take effect only before the framework first uses the GPU.
+    """
+    import json
+    import subprocess
+
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        print(f"the child process did not finish within {timeout} s")
+        return None
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        print(f"the child process failed (exit code {done.returncode}):\n{done.stderr[-2000:]}")
+        return None
+    return json.loads(lines[-1])
+
+
+__all__ = ["KIB", "MIB", "GIB", "format_bytes", "CudaMeter", "TensorMeter", "meter_for", "run_child"]
