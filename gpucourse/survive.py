@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .distributed import _env, kill_group
+from .distributed import _env, kill_group, track
 
 __all__ = ["Result", "command", "run"]
 
@@ -78,9 +78,9 @@ def run(out, *, timeout: float, kill_at: int | None = None, sig: int = signal.SI
     signal (SIGUSR1, SIGTERM) goes to the script alone, which saves and stops.
     """
     start = time.perf_counter()
-    proc = subprocess.Popen(command(out, **options), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, env=_env(env), start_new_session=True,
-                            text=True, bufsize=1)
+    proc = track(subprocess.Popen(command(out, **options), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, env=_env(env), start_new_session=True,
+                                  text=True, bufsize=1))   # known while alive: kill_group finds its workers later
     lines: queue.Queue = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(l.rstrip("\n")) for l in proc.stdout] + [lines.put(None)],
                               daemon=True)

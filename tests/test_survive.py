@@ -109,6 +109,38 @@ def test_the_deadline_kills_the_run(tmp_path):
         os.kill(run.pid, 0)
 
 
+def test_an_interrupt_in_the_notebook_stops_the_run_and_its_loader_workers(tmp_path, monkeypatch):
+    """Ctrl-C (or any error) in the kernel while a run goes: the script and its DataLoader workers are gone."""
+    import queue
+    import types
+
+    import psutil
+
+    started, family = [], []
+    real_popen = survive.subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    class Interrupted(queue.Queue):
+        def get(self, *args, **kwargs):
+            line = super().get(*args, **kwargs)
+            if line and line.startswith("step 3 "):
+                family.extend(psutil.Process(started[0].pid).children(recursive=True))
+                raise KeyboardInterrupt
+            return line
+
+    monkeypatch.setattr(survive.subprocess, "Popen", popen)
+    monkeypatch.setattr(survive, "queue", types.SimpleNamespace(Queue=Interrupted, Empty=queue.Empty))
+    with pytest.raises(KeyboardInterrupt):
+        survive.run(tmp_path, timeout=TIMEOUT, workers=2, **OPTS)
+    assert len(family) >= 2, "the run should have had its two loader workers when it was interrupted"
+    for proc in [psutil.Process(started[0].pid) if psutil.pid_exists(started[0].pid) else None, *family]:
+        if proc is not None and proc.is_running():
+            assert proc.status() == psutil.STATUS_ZOMBIE, f"process {proc.pid} outlived the interrupt"
+
+
 def test_rng_state_survives_a_weights_only_file(tmp_path):
     random.seed(3)
     np.random.seed(3)
