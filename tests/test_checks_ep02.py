@@ -420,3 +420,18 @@ def test_every_exercise_has_hint_and_solution(capsys):
     out = capsys.readouterr().out
     assert out.count("Hint 1 (ep02.") == 4
     assert out.count("solutions/02-finding-your-gpu.ipynb") == 4
+
+
+def test_every_hint_has_two_steps_question_first(capsys):
+    for q in (ep02.q1, ep02.q2, ep02.q3, ep02.q4):
+        assert len(q.hints) == 2, q.name
+        assert "?" in q.hints[0], f"{q.name}: the first step should ask the guiding question"
+        q.hint(2)
+    assert capsys.readouterr().out.count("Hint 2 (ep02.") == 4
+
+
+@pytest.mark.parametrize("q", [ep02.q1, ep02.q2, ep02.q3, ep02.q4], ids=lambda q: q.name)
+def test_hints_do_not_give_the_code(q):
+    code = ["torch.", "2**30", ".to(", "isinstance", ".split(", "int(", "range(", "return", "def ", " in enumerate"]
+    text = " ".join(q.hints)
+    assert not [c for c in code if c in text], (q.name, [c for c in code if c in text])

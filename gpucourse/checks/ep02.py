@@ -195,8 +195,11 @@ def _check_pick_device(pick_device):
 
 q1 = Exercise(
     "ep02.q1", _check_pick_device,
-    hint="The GPUs are numbered 0 … count-1, with count = torch.cuda.device_count(); look at them in "
-         "that order. total_memory is in bytes, and a GiB is 2**30 bytes, not 10**9.",
+    hint=("In which order should the GPUs be tried, and in which unit does PyTorch report a GPU's total memory, "
+          "compared with the unit of need_gib?",
+          "Go through the GPU numbers from 0 up to the count PyTorch reports; turn each GPU's total memory from "
+          "bytes into GiB (2³⁰ bytes each, not 10⁹) and stop at the first that has at least need_gib. If none "
+          "has, the answer is the CPU."),
     solution=SOLUTION,
 )
 
@@ -294,9 +297,11 @@ def _check_to_device(to_device):
 
 q2 = Exercise(
     "ep02.q2", _check_to_device,
-    hint="Handle each kind of thing with isinstance: a tensor is moved with .to(device); a tuple or "
-         "list becomes the same type of its moved elements; a dict keeps its keys. Moving an element "
-         "is the same problem again (recursion). Anything else is returned as it is.",
+    hint=("Which kinds of thing can a batch hold, and what should happen to each? And what is an element of a "
+          "tuple, if not a smaller batch?",
+          "Decide by type. A tensor is moved to the device. A tuple or a list is rebuilt as the same type from "
+          "its moved elements, and a dict with the same keys and moved values, where moving an element is the "
+          "same problem again (your function calls itself). Anything else comes back unchanged."),
     solution=SOLUTION,
 )
 
@@ -424,9 +429,10 @@ def _check_freest_gpu(freest_gpu):
 
 q3 = Exercise(
     "ep02.q3", _check_freest_gpu,
-    hint="Each line is index, name, memory.used, memory.total, separated by commas: split it, strip "
-         "the spaces and convert the numbers with int(). Free memory is total − used. Keep the index "
-         "written on the line with the most free memory.",
+    hint=("What is a GPU's free memory, from the columns nvidia-smi gives? And which GPU number should you "
+          "report: the one written on the line, or the line's position in the output?",
+          "Split each non-empty line at the commas and strip the spaces; turn the numbers into integers. Free "
+          "memory is total minus used. Keep the index written on the line with the most free memory."),
     solution=SOLUTION,
 )
 
@@ -545,9 +551,10 @@ def _check_physical_gpu(physical_gpu):
 
 q4 = Exercise(
     "ep02.q4", _check_physical_gpu,
-    hint="First make the list of physical GPUs the program sees, in its order: all of them when the "
-         "variable is not set, otherwise the numbers listed, up to the first that is not a GPU of "
-         "the machine. cuda:<index> is the entry at that position of this list, if there is one.",
+    hint=("Before you look for cuda:<index>, which physical GPUs does the program see, and in which order?",
+          "First make the list of physical GPUs the program sees, in its order: all of them when the variable "
+          "is not set, otherwise the numbers listed, up to the first that is not a GPU of the machine. "
+          "cuda:<index> is the entry at that position of this list, if there is one."),
     solution=SOLUTION,
 )
 
