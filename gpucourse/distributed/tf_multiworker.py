@@ -38,7 +38,7 @@ def parse_args(argv=None):
 
 
 @contextlib.contextmanager
-def _port_clash_explained(tf, config: dict):
+def explain_port_clash(tf, config: dict):
     """Turn gRPC's "Could not start gRPC server" into what to do: the worker's port is taken."""
     try:
         yield
@@ -63,7 +63,7 @@ def main(argv=None) -> None:
 
     # >>> 1. the cluster and this worker's place in it   (one process: no TF_CONFIG, no strategy)
     config = json.loads(os.environ.get("TF_CONFIG", "{}"))   # {"cluster": {"worker": [...]}, "task": {"index": i}}
-    with _port_clash_explained(tf, config):
+    with explain_port_clash(tf, config):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()   # reads TF_CONFIG, meets the other workers
     # <<<
     index, workers = config.get("task", {}).get("index", 0), strategy.num_replicas_in_sync
