@@ -465,6 +465,9 @@ CLAIMS = {
                  "estimators and functions listed in its documentation."),
     "g": (True, "g is true: a + b does 1 FLOP per 12 bytes moved, far below any GPU's ridge point, so "
                 "memory bandwidth sets its speed."),
+    "h": (False, "h is false: no library spreads work over several GPUs by itself; PyTorch needs DDP or FSDP, "
+                 "TensorFlow a tf.distribute strategy, XGBoost and cuML a Dask (or Spark) cluster (the "
+                 "library table's last column)."),
 }
 
 
@@ -510,7 +513,8 @@ q4 = Exercise(
     hint=("Which measurement or table of the episode speaks to each claim? A claim with 'every' or 'the way "
           "today' in it needs only one counter-example or one newer fact to be false.",
           "a: the latency section (one tiny addition); b and c: Advice to unlearn; d: the datasheet's footnote "
-          "on dense vs sparse; e and f: the library table; g: Compute-bound or memory-bound?"),
+          "on dense vs sparse; e, f and h: the library table and its last column; g: Compute-bound or "
+          "memory-bound?"),
     solution=solution_link(NOTEBOOK),
 )
 
