@@ -1,25 +1,18 @@
-"""Checks for episode 7, "Faster training".
+"""Checks for episode 7, "Faster training: profile first, then mixed precision and compilation".
 
-``q1`` a mixed-precision training step with gradient clipping (autocast + GradScaler) · ``q2`` compile time and
-steady-state step time from a list of step times · ``q3`` read a profile: the op with the most
-self time · ``q4`` (capstone) diagnose and fix a slow training loop.
+``q1`` a mixed-precision training step with gradient clipping (autocast + GradScaler) · ``q2`` compile time,
+steady-state step time and the break-even step from measured step times · ``q3`` read a profile: the op
+with the most self time. Episode 8 has the capstone (``gpucourse.checks.ep08``).
 
 Every check calls the learner's function on fixtures of its own, several of them, so a constant
-or an answer right on one case cannot pass. ``q4`` runs the learner's loop and ``slow_train``
-on the same device (the GPU if there is one, else the CPU), compares the losses and the trained
-weights with those of the original loop, and times both on two tables no correctness case used,
-counting the steps the model really runs.
+or an answer right on one case cannot pass; wrong answers are named by their mistake.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import statistics
-import time
-
-import numpy as np
 
 from ..exercises import Exercise, Wrong, as_number, changes, require_function, snapshot, solution_link, tensors_close
 from ..exercises import call_answer as _call
@@ -292,38 +285,45 @@ def _check_amp_on_cuda(amp_step):
 
 
 q1 = Exercise("ep07.q1", _check_amp_step,
-              hint="The scaler multiplied the loss, so every gradient is multiplied too: a norm measured on them is "
-                   "the scale times too large. The scaler has a method that divides them back in place, once; "
-                   "scaler.step knows when it was already done.",
+              hint=("After scaler.scale(loss).backward(), how large are the gradients compared with the real ones, "
+                    "and what would clipping their norm at max_norm do to them?",
+                    "The scaler multiplied the loss, so every gradient is multiplied by the scale too. The scaler "
+                    "has a method that divides them back in place, once: call it before you measure or clip, then "
+                    "clip, then let the scaler step and update as usual (its step knows the division was done)."),
               solution=solution_link(NOTEBOOK))
 
 
-# --- q2: compile time and steady state -------------------------------------------------------
+# --- q2: compile time, steady state and break-even ---------------------------------------------
 
-def compile_report_reference(step_times, warmup):
-    steady = statistics.median(step_times[warmup:])
-    return sum(step_times[:warmup]) - warmup * steady, steady
+def compile_report_reference(compiled_times, eager_times, warmup):
+    steady = statistics.median(compiled_times[warmup:])
+    compile_seconds = sum(compiled_times[:warmup]) - warmup * steady
+    saved = statistics.median(eager_times) - steady
+    return compile_seconds, steady, (math.ceil(compile_seconds / saved) if saved > 0 else math.inf)
 
 
-_Q2_CASES = [
-    ([31.0, 2.4, 0.011, 0.010, 0.012, 0.50, 0.010, 0.011], 2),
-    ([1.30, 0.40, 0.41, 0.39, 0.90, 0.40, 0.42], 1),
-    ([12.0, 0.8, 0.5, 0.021, 0.020, 0.019, 0.022, 0.020, 0.35], 3),
+_Q2_CASES = [   # compiled step times (warm-up first), eager step times (after their own warm-up), warmup
+    ([31.0, 2.4, 0.011, 0.010, 0.012, 0.50, 0.010, 0.011], [0.017, 0.0165, 0.018, 0.016, 0.30, 0.0175], 2),
+    ([1.30, 0.40, 0.41, 0.39, 0.90, 0.40, 0.42], [0.45, 0.47, 0.44, 0.46, 0.45], 1),
+    ([12.0, 0.8, 0.5, 0.021, 0.020, 0.019, 0.022, 0.020, 0.35], [0.031, 0.029, 0.95, 0.030, 0.032], 3),
+    ([12.0, 0.8, 0.5, 0.021, 0.020, 0.019, 0.022, 0.020, 0.35], [0.018, 0.019, 0.018, 0.020], 3),   # never pays
 ]
 
+#: Mistakes in the first two numbers: (compile_seconds, steady_seconds) from (compiled_times, warmup).
 _Q2_DIAGNOSES = [
     (lambda t, w: (sum(t[:w]) - w * statistics.mean(t[w:]), statistics.mean(t[w:])),
      "your steady-state time is a mean: one slow step (the machine was busy) pulls it up. Use the median."),
     (lambda t, w: (sum(t[:w]) - w * min(t[w:]), min(t[w:])),
-     "your steady-state time is the fastest step (min); this exercise asks for the median of the steps after warm-up."),
+     "your steady-state time is the fastest step (min); a typical step is the median of the steps after warm-up."),
     (lambda t, w: (sum(t[:w]) - w * statistics.median(t), statistics.median(t)),
-     "your steady-state median includes the warm-up steps; take the median of step_times[warmup:] only."),
+     "your steady-state median includes the warm-up steps; take the median of compiled_times[warmup:] only."),
     (lambda t, w: (t[0] - statistics.median(t[1:]), statistics.median(t[1:])),
      "you treated only the first step as warm-up; use the `warmup` argument (later steps can recompile too)."),
     (lambda t, w: (sum(t[:w]), statistics.median(t[w:])),
-     "your compile time still contains the ordinary work of the warm-up steps: subtract warmup × the steady time."),
+     "your compile time still contains the ordinary work of the warm-up steps: they trained too, so take out "
+     "what `warmup` ordinary steps cost."),
     (lambda t, w: (t[0], statistics.median(t[w:])),
-     "your compile time is the first step alone: add up all `warmup` steps and subtract their ordinary work."),
+     "your compile time is the first step alone: add up all `warmup` steps and take out their ordinary work."),
     (lambda t, w: (sum(t[:w]) - w * statistics.median_high(t[w:]), statistics.median_high(t[w:])),
      "your median is the upper of the two middle steps; with an even number of steps the median is the mean of "
      "the two middle ones: use statistics.median (not median_high, not sorted(...)[len // 2])."),
@@ -331,55 +331,125 @@ _Q2_DIAGNOSES = [
      "your median is the lower of the two middle steps; with an even number of steps the median is the mean of "
      "the two middle ones: use statistics.median (not median_low)."),
     (lambda t, w: (sum(t[:w]) - statistics.median(t[w:]), statistics.median(t[w:])),
-     "you subtracted one steady step from the warm-up's sum; each of the `warmup` steps did ordinary work: "
-     "subtract warmup × steady_seconds."),
+     "you took one steady step out of the warm-up's sum; each of the `warmup` steps did ordinary work: take out "
+     "warmup × steady_seconds."),
     (lambda t, w: (sum(t[:w + 1]) - (w + 1) * statistics.median(t[w + 1:]), statistics.median(t[w + 1:])),
-     "you treated warmup + 1 steps as warm-up: step_times[:warmup] are the warm-up steps, step_times[warmup:] "
-     "the steady ones."),
+     "you treated warmup + 1 steps as warm-up: compiled_times[:warmup] are the warm-up steps, "
+     "compiled_times[warmup:] the steady ones."),
     (lambda t, w: (sum(t[:w]) - w * statistics.median(t[w + 1:]), statistics.median(t[w + 1:])),
-     "your steady steps start one late: they are step_times[warmup:], from index warmup on."),
+     "your steady steps start one late: they are compiled_times[warmup:], from index warmup on."),
 ]
+
+
+def _typical(c, e, w):
+    """compile_seconds, the compiled and the eager typical step of one case."""
+    compile_s, steady, _ = compile_report_reference(c, e, w)
+    return compile_s, steady, statistics.median(e)
+
+
+def _payback(cost, saved, rounding=math.ceil):
+    return rounding(cost / saved) if saved > 0 else math.inf
+
+
+#: Tempting break-even answers (right first two numbers): (rule(compiled, eager, warmup), what it gets wrong).
+_BREAK_EVEN_DIAGNOSES = [
+    (lambda c, e, w: _payback(_typical(c, e, w)[0], _typical(c, e, w)[2] - _typical(c, e, w)[1], float),
+     "your break-even is not a whole number of steps: round it to the fewest steps after which the compiled "
+     "run is no longer behind."),
+    (lambda c, e, w: _payback(_typical(c, e, w)[0], _typical(c, e, w)[2] - _typical(c, e, w)[1], math.floor),
+     "you rounded the break-even down: after that many steps the compiled run is still behind. Round up."),
+    (lambda c, e, w: _payback(_typical(c, e, w)[0], _typical(c, e, w)[2] - _typical(c, e, w)[1], round),
+     "you rounded the break-even to the nearest step; after that many steps the compiled run can still be "
+     "behind. Round up."),
+    (lambda c, e, w: math.ceil(_typical(c, e, w)[0] / _typical(c, e, w)[1]),
+     "your break-even divides the compile time by a compiled step's time; what pays it back is the time "
+     "each compiled step saves against an eager one."),
+    (lambda c, e, w: math.ceil(_typical(c, e, w)[0] / _typical(c, e, w)[2]),
+     "your break-even divides the compile time by an eager step's time; what pays it back is the time "
+     "each compiled step saves against an eager one."),
+    (lambda c, e, w: _payback(sum(c[:w]), _typical(c, e, w)[2] - _typical(c, e, w)[1]),
+     "your break-even pays back the whole warm-up, but the warm-up steps trained too: only compile_seconds "
+     "must be paid back."),
+    (lambda c, e, w: _payback(_typical(c, e, w)[0], statistics.mean(e) - _typical(c, e, w)[1]),
+     "your eager step time is a mean: one slow eager step pulls it up. Use the median of eager_times too."),
+    (lambda c, e, w: _payback(_typical(c, e, w)[0], min(e) - _typical(c, e, w)[1]),
+     "your eager step time is the fastest eager step; compare typical steps: the median of eager_times."),
+    (lambda c, e, w: math.ceil(_typical(c, e, w)[0] / (_typical(c, e, w)[2] - _typical(c, e, w)[1])),
+     "when a compiled step is slower than an eager one, compiling never pays back: the break-even is math.inf, "
+     "not a negative number of steps."),
+]
+
+
+def _steps(value):
+    """The break-even as a number; math.inf (never) is a right answer, not an error."""
+    if isinstance(value, float) and math.isinf(value) and value > 0:
+        return value
+    return as_number("break_even_steps", value)
 
 
 def _check_compile_report(compile_report):
     require_function(compile_report, "compile_report")
 
     def close(a, b):
+        if math.isinf(a) or math.isinf(b):
+            return a == b
         return abs(a - b) <= 1e-6 + 1e-6 * abs(b)
 
     answers = []
-    for times, warmup in _Q2_CASES:
-        given = list(times)
-        got = _call(compile_report, given, warmup, what=f"compile_report({times}, warmup={warmup})")
-        if given != times:
-            how = "sorted" if given == sorted(times) else "changed"
-            raise Wrong(f"compile_report {how} the list step_times it was given (now {given}): the caller's times "
-                        "are no longer in step order. statistics.median and sorted(...) leave the list alone; "
-                        "list.sort() does not.")
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            raise Wrong(f"compile_report should return two numbers (compile_seconds, steady_seconds); got {got!r}.")
-        answers.append((times, warmup, as_number("compile_seconds", got[0]), as_number("steady_seconds", got[1])))
-    wrong = [a for a in answers
-             if not all(map(close, a[2:], compile_report_reference(a[0], a[1])))]
-    if not wrong:
-        return "right on three sets of step times: compile cost kept out of the steady-state figure."
-    times, warmup, compile_s, steady_s = wrong[0]
-    want_c, want_s = compile_report_reference(times, warmup)
-    if close(compile_s, want_s) and close(steady_s, want_c):
-        raise Wrong("you returned (steady_seconds, compile_seconds): the compile time comes first.")
-    if close(compile_s, 1e3 * want_c) or close(steady_s, 1e3 * want_s):
-        raise Wrong("your result looks like milliseconds; return seconds, as step_times are.")
-    for rule, message in _Q2_DIAGNOSES:   # a diagnosis must fit every case, not one by coincidence
-        if all(close(c, rc) and close(st, rs) for (t, w, c, st), (rc, rs) in
-               ((a, rule(a[0], a[1])) for a in answers)):
-            raise Wrong(message)
-    raise Wrong(f"for step_times={times} and warmup={warmup} expected ({want_c:.4g}, {want_s:.4g}) s, got "
-                f"({compile_s:.4g}, {steady_s:.4g}) s.")
+    for compiled, eager, warmup in _Q2_CASES:
+        given_c, given_e = list(compiled), list(eager)
+        got = _call(compile_report, given_c, given_e, warmup,
+                    what=f"compile_report({compiled}, {eager}, warmup={warmup})")
+        for given, times, name in ((given_c, compiled, "compiled_times"), (given_e, eager, "eager_times")):
+            if given != times:
+                how = "sorted" if given == sorted(times) else "changed"
+                raise Wrong(f"compile_report {how} the list {name} it was given (now {given}): the caller's times "
+                            "are no longer in step order. statistics.median and sorted(...) leave the list alone; "
+                            "list.sort() does not.")
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            raise Wrong("compile_report should return three numbers (compile_seconds, steady_seconds, "
+                        f"break_even_steps); got {got!r:.80}.")
+        if got[2] is None:
+            raise Wrong(f"compile_report returned None as the break-even for compiled_times={compiled}: when a "
+                        "compiled step is not faster than an eager one, compiling never pays back: return math.inf.")
+        answers.append((compiled, eager, warmup, as_number("compile_seconds", got[0]),
+                        as_number("steady_seconds", got[1]), _steps(got[2])))
+    wrong = [a for a in answers if not all(map(close, a[3:5], compile_report_reference(*a[:3])[:2]))]
+    if wrong:
+        compiled, eager, warmup, compile_s, steady_s, _ = wrong[0]
+        want_c, want_s, _ = compile_report_reference(compiled, eager, warmup)
+        if close(compile_s, want_s) and close(steady_s, want_c):
+            raise Wrong("you returned (steady_seconds, compile_seconds, …): the compile time comes first.")
+        if close(compile_s, 1e3 * want_c) or close(steady_s, 1e3 * want_s):
+            raise Wrong("your result looks like milliseconds; return seconds, as the step times are.")
+        for rule, message in _Q2_DIAGNOSES:   # a diagnosis must fit every case, not one by coincidence
+            if all(close(c, rc) and close(st, rs) for (rc, rs), (_, _, _, c, st, _) in
+                   ((rule(a[0], a[2]), a) for a in answers)):
+                raise Wrong(message)
+        raise Wrong(f"for compiled_times={compiled} and warmup={warmup} expected compile_seconds {want_c:.4g} s and "
+                    f"steady_seconds {want_s:.4g} s, got {compile_s:.4g} s and {steady_s:.4g} s.")
+    for compiled, eager, warmup, _, _, break_even in answers:
+        want = compile_report_reference(compiled, eager, warmup)[2]
+        if close(break_even, want):
+            continue
+        for rule, message in _BREAK_EVEN_DIAGNOSES:   # it must fit every case, not one by coincidence
+            if all(close(a[5], rule(*a[:3])) for a in answers):
+                raise Wrong(message)
+        raise Wrong(f"for compiled_times={compiled}, eager_times={eager} and warmup={warmup} the compiled run "
+                    f"catches up after {want} steps (counting its warm-up); your break-even was {break_even:g}.")
+    return ("right on four runs: the compile cost kept out of the steady-state figure, and the step from which "
+            "compiling has paid for itself (never, when a compiled step is not faster).")
 
 
 q2 = Exercise("ep07.q2", _check_compile_report,
-              hint="Which steps are steady, and which statistic ignores the odd slow one? The warm-up steps did "
-                   "ordinary work too: take that out of their sum.",
+              hint=("Which compiled steps show what a step normally costs, and what did the warm-up steps cost "
+                    "beyond that? How much does each later compiled step save, and after how many steps has that "
+                    "paid back the extra cost?",
+                    "For each run take a typical steady step that one slow step cannot move. The compile cost is "
+                    "the warm-up's total minus what as many ordinary compiled steps would cost. Each step saves the "
+                    "difference between a typical eager step and a typical compiled one; the break-even is the "
+                    "compile cost over that saving, rounded to whole steps in the direction that leaves the "
+                    "compiled run not behind. A step that saves nothing never pays back."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -511,328 +581,11 @@ def _compare_top_op(top_op):
 
 
 q3 = Exercise("ep07.q3", _check_top_op,
-              hint="prof.key_averages() is a list of events, one per op name. Which attribute excludes the time of "
-                   "the ops called inside an op? Pick the event where it is largest, and return its name.",
+              hint=("An op can look expensive because of its own work or because of the ops it calls. Which of a "
+                    "profile's times counts only its own work, and over how many of its calls?",
+                    "key_averages() sums each op's calls into one event per op name. Among those events pick the "
+                    "one whose self CPU time is largest, and return its name, not the event or the time."),
               solution=solution_link(NOTEBOOK))
 
 
-# --- q4: the capstone, a slow training loop --------------------------------------------------
-
-def slow_train(model, X, y, steps, batch_size, lr=0.05):
-    """Train ``model`` for ``steps`` SGD steps on consecutive batches of ``(X, y)``; return the losses.
-
-    Correct, but deliberately slow. ``X`` is a NumPy float64 array (events × features), ``y`` a
-    NumPy array of 0/1 labels, both in host memory. Batch ``k`` is rows ``(k mod n_batches) *
-    batch_size`` onwards, standardised with the mean and standard deviation of the whole of ``X``.
-    The loop runs on the device the model is on.
-    """
-    import torch
-    from torch import nn
-
-    device = next(model.parameters()).device
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    loss_fn = nn.BCEWithLogitsLoss()
-    n_batches = len(X) // batch_size
-    losses = []
-    for step in range(steps):
-        X_std = (X - X.mean(axis=0)) / X.std(axis=0)        # the whole table, again, every step
-        first = (step % n_batches) * batch_size
-        rows = range(first, first + batch_size)
-        xb = torch.stack([torch.tensor(X_std[i], dtype=torch.float32, device=device)   # one event at a time:
-                          for i in rows])                                              # on a GPU, a copy each
-        yb = torch.tensor([float(y[i]) for i in rows], dtype=torch.float32, device=device)
-        optimizer.zero_grad()
-        loss = loss_fn(model(xb).squeeze(1), yb)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())                          # on a GPU the host waits for the device, every step
-    return losses
-
-
-def capstone_data(seed: int, n: int = 40_000, features: int = 15):
-    """A fixture: features of different scales and a label that depends on them."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, features)) * rng.uniform(0.5, 50.0, size=features) + rng.uniform(-20, 20, size=features)
-    logit = ((X - X.mean(0)) / X.std(0)) @ rng.normal(size=features)
-    y = (logit + rng.normal(size=n) > 0).astype(np.int64)
-    return X, y
-
-
-def capstone_model(seed: int, features: int = 15, width: int = 64):
-    import torch
-    from torch import nn
-
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(features, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-                         nn.Linear(width, 1))
-
-
-def capstone_device():
-    """Where the check runs both loops: the GPU if there is one, else the CPU."""
-    import torch
-
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-REQUIRED_SPEEDUP = 3.0
-_Q4_CASES = [  # seed, events, batch size, steps: the losses and weights are compared on these
-    (11, 40_000, 256, 60),
-    (12, 9_050, 100, 95),    # steps wrap around: 90 full batches per pass, the 50 rows left over never used
-]
-_Q4_TIMED = [  # timed on data no correctness case used, so no answer can be remembered
-    (21, 40_000, 256, 60),   # a large table: working on all of it every step is the main cost
-    (13, 2_048, 1_024, 40),  # a small table, large batches: building each batch event by event is the main cost
-]
-
-
-def _tolerance(device) -> float:
-    """Relative tolerance on each loss: float32 on the CPU repeats exactly; GPU kernels may sum in another order."""
-    return 1e-5 if device.type == "cuda" else 2e-6
-
-
-def _losses(result, steps, what):
-    import torch
-
-    if isinstance(result, (torch.Tensor, np.ndarray)):
-        result = list(result.reshape(-1)) if getattr(result, "ndim", 0) == 1 else result
-    if not isinstance(result, (list, tuple)):
-        raise Wrong(f"{what} should return the list of losses, one per step; got {type(result).__name__}.")
-    if len(result) != steps:
-        raise Wrong(f"{what} returned {len(result)} losses for {steps} steps: every step must still run (no cut "
-                    "steps, no skipped batches), and each must report its loss.")
-    def number(i, v):
-        v = v.detach().cpu() if isinstance(v, torch.Tensor) else v
-        try:
-            if math.isnan(float(v)):
-                return float("nan")    # compared below: a NaN loss is a symptom, the message names the cause
-        except (TypeError, ValueError):
-            pass
-        return as_number(f"loss {i}", v)
-
-    return [number(i, v) for i, v in enumerate(result)]
-
-
-def _explain_error(device):
-    def explain(exc):
-        text = str(exc)
-        if "device" in text.lower() and ("expected" in text.lower() or "same device" in text.lower()
-                                          or "different devices" in text.lower()):
-            return (f"your loop mixed devices ({text.splitlines()[0][:120]}). The model you are given is on "
-                    f"{device}: put the data on the model's device once, before the loop, with "
-                    "device = next(model.parameters()).device and .to(device).")
-        if "must have the same dtype" in text or "expected scalar type" in text.lower():
-            return (f"your loop mixed dtypes ({text.splitlines()[0][:100]}): the model is float32, and NumPy's "
-                    "table is float64. Convert the standardised table once with .float(), as slow_train does.")
-        if "can't be cast" in text and "Long" in text:
-            return (f"the labels are integers ({text.splitlines()[0][:100]}): BCEWithLogitsLoss needs float "
-                    "targets. Convert y once with torch.from_numpy(y).float().")
-        if "cuda" in text.lower() and device.type == "cpu":
-            return (f"your loop asked for CUDA, but there is no GPU here ({text.splitlines()[0][:100]}). Use the "
-                    "model's device, next(model.parameters()).device, instead of 'cuda'.")
-        return None
-    return explain
-
-
-def _reference_losses(original, X, y, steps, batch, device, ddof):
-    """The right losses computed quickly, with the standard deviation divided by n - ``ddof``."""
-    import torch
-    from torch import nn
-
-    model = copy.deepcopy(original).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    X_std = torch.from_numpy((X - X.mean(axis=0)) / X.std(axis=0, ddof=ddof)).float().to(device)
-    y_t = torch.from_numpy(y).float().to(device)
-    n_batches = len(X) // batch
-    losses = []
-    for step in range(steps):
-        first = (step % n_batches) * batch
-        optimizer.zero_grad()
-        loss = nn.functional.binary_cross_entropy_with_logits(model(X_std[first:first + batch]).squeeze(1),
-                                                              y_t[first:first + batch])
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.detach())
-    return torch.stack(losses).tolist()
-
-
-def _same_loss(g, w, tol) -> bool:
-    return abs(g - w) <= tol * max(1.0, abs(w))     # False for NaN
-
-
-def _same_losses(got, want, tol):
-    return all(_same_loss(g, w, tol) for g, w in zip(got, want))
-
-
-def _run_case(fast_train, seed, n, batch, steps, device):
-    import torch
-
-    X, y = capstone_data(seed, n)
-    original = capstone_model(seed).to(device)
-    theirs = copy.deepcopy(original)
-    want_model = copy.deepcopy(original)
-    want = slow_train(want_model, X.copy(), y.copy(), steps, batch)
-    X_in, y_in = X.copy(), y.copy()
-    what = f"fast_train(model, X, y, steps={steps}, batch_size={batch})"
-    got = _losses(_call(fast_train, theirs, X_in, y_in, steps, batch, what=what, explain=_explain_error(device)),
-                  steps, what)
-    if not (np.array_equal(X_in, X) and np.array_equal(y_in, y)):
-        raise Wrong("fast_train changed X or y in place; standardise into a new array.")
-    params = [p.detach().cpu() for p in theirs.parameters()]
-    ref_params = [p.detach().cpu() for p in want_model.parameters()]
-    start = [p.detach().cpu() for p in original.parameters()]
-    if [p.shape for p in params] != [p.shape for p in ref_params]:
-        raise Wrong("the model's layers changed shape: a fix may not change the model.")
-    dtypes = {str(p.dtype).replace("torch.", "") for p in theirs.parameters()}
-    if dtypes != {"float32"}:
-        raise Wrong(f"fast_train changed the model's dtype to {', '.join(sorted(dtypes))} (model.double()?): a fix "
-                    "may not change the model, and float64 is many times slower on a GPU. Keep the model in "
-                    "float32 and convert the standardised table once with .float(), as slow_train does.")
-    moved = {str(p.device) for p in theirs.parameters()} - {str(q.device) for q in original.parameters()}
-    if moved:
-        raise Wrong(f"fast_train moved the model to {', '.join(sorted(moved))}: train it where it is, on "
-                    "next(model.parameters()).device, and bring the data there.")
-    if all(tensors_close(p, q, rtol=0, atol=0) for p, q in zip(params, start)):
-        raise Wrong("the model you were given is untrained after fast_train: train that model (not a new one or a "
-                    "copy), and do not wrap the training in torch.no_grad().")
-    tol = _tolerance(device)
-    for i, (g, w) in enumerate(zip(got, want)):
-        if not _same_loss(g, w, tol):
-            if _same_losses(got, _reference_losses(original, X, y, steps, batch, device, ddof=1), tol):
-                raise Wrong("your standard deviation divides by n - 1, the original's by n: torch.std (like "
-                            "pandas) uses correction=1 by default, np.std uses ddof=0. Use "
-                            "Xt.std(0, correction=0), or standardise with NumPy as slow_train does.")
-            if i == len(X) // batch:
-                raise Wrong(f"loss {i} is {g:.6g}, the original loop's is {w:.6g}: the losses part at step {i}, the "
-                            f"first after the last full batch ({len(X):,} rows, batches of {batch}). slow_train "
-                            f"wraps around to row 0 after n_batches = len(X) // batch_size = {len(X) // batch} "
-                            "full batches, and never uses the rows left over: batch k starts at row "
-                            "(k % n_batches) * batch_size (not (k * batch_size) % len(X), and no partial batch).")
-            where = "the first loss already differs" if i == 0 else f"the losses part from step {i} on"
-            if g != g:
-                where += " (a NaN loss: a batch with no rows, or a division by zero?)"
-            raise Wrong(f"loss {i} is {g:.6g}, the original loop's is {w:.6g}: {where}. Keep what is computed: the "
-                        "same model, the same optimizer (SGD, lr=0.05) with zero_grad every step, the same batches "
-                        "in the same order (consecutive, wrapping around after the last full batch, no shuffling), "
-                        "standardised with the mean and std of the whole X, in float32. A fix changes how fast, "
-                        "not what.")
-    for p, q in zip(params, ref_params):
-        if not tensors_close(p, q, rtol=1e-4, atol=1e-5):
-            raise Wrong("the losses match but the trained weights differ from the original loop's: every step must "
-                        "update the model you were given, exactly as slow_train does.")
-
-
-@contextlib.contextmanager
-def one_thread():
-    """Run PyTorch on one CPU thread for a while.
-
-    On a machine whose cores are busy with other work, PyTorch's threads wait for one another at
-    every small op and a loop can run 100× slower, at random. One thread makes the comparison of two
-    loops fair and repeatable; both are timed the same way.
-    """
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _time(fn, reps, device=None):
-    """The best of ``reps`` runs of ``fn()``, in seconds, and the result of the last run.
-
-    The thread count is put back after each run, so a loop that changes it cannot slow or speed
-    up the runs timed after it.
-    """
-    import torch
-
-    best, result = float("inf"), None
-    for _ in range(reps):
-        threads = torch.get_num_threads()
-        try:
-            start = time.perf_counter()
-            result = fn()
-            if device is not None and device.type == "cuda":
-                torch.cuda.synchronize(device)
-            best = min(best, time.perf_counter() - start)
-        finally:
-            torch.set_num_threads(threads)
-    return best, result
-
-
-def _check_fast_train(fast_train):
-    require_function(fast_train, "fast_train")
-    if fast_train is slow_train:
-        raise Wrong("that is slow_train itself; write fast_train.")
-    with one_thread():
-        return _compare_fast_train(fast_train)
-
-
-def _counted_copy(original):
-    """A copy of the model that counts how often its first layer runs."""
-    model = copy.deepcopy(original)
-    calls = [0]
-
-    def count(module, inputs):
-        calls[0] += 1
-
-    next(m for m in model.modules() if not list(m.children())).register_forward_pre_hook(count)
-    return model, calls
-
-
-def _time_case(fast_train, seed, n, batch, steps, device):
-    X, y = capstone_data(seed, n)
-    original = capstone_model(seed).to(device)
-    what = f"fast_train(model, X, y, steps={steps}, batch_size={batch})"
-    tol = _tolerance(device)
-    # Interleave the two measurements, best of several, so a machine busy for a while slows both.
-    slow_s, fast_s = float("inf"), float("inf")
-    for _ in range(3):
-        t, want = _time(lambda: slow_train(copy.deepcopy(original), X, y, steps, batch), 1, device)
-        slow_s = min(slow_s, t)
-        for _ in range(2):
-            model, calls = _counted_copy(original)
-            t, result = _time(lambda: _call(fast_train, model, X, y, steps, batch, what=what,
-                                            explain=_explain_error(device)), 1, device)
-            fast_s = min(fast_s, t)
-            if calls[0] < steps:
-                raise Wrong(f"the model ran {calls[0]} times in {steps} steps: every step must run the model on its "
-                            "batch, on every call (no cached results, no steps skipped).")
-            if not _same_losses(_losses(result, steps, what), want, tol):
-                raise Wrong(f"on a new data set (seed {seed}) your losses differ from the original loop's: a fix "
-                            "must compute, on any data, what slow_train computes.")
-    return slow_s, fast_s
-
-
-def _compare_fast_train(fast_train):
-    device = capstone_device()
-    for seed, n, batch, steps in _Q4_CASES:
-        _run_case(fast_train, seed, n, batch, steps, device)
-    report = []
-    for k, (seed, n, batch, steps) in enumerate(_Q4_TIMED):
-        slow_s, fast_s = _time_case(fast_train, seed, n, batch, steps, device)
-        speedup = slow_s / fast_s
-        if speedup < REQUIRED_SPEEDUP:
-            where = (f"on a table of {n:,} events, batch {batch}, your loop took {fast_s:.3f} s against the "
-                     f"original's {slow_s:.3f} s for {steps} steps: {speedup:.1f}×, and the goal is at least "
-                     f"{REQUIRED_SPEEDUP:g}× on every table.")
-            advice = (" Profile it: what does slow_train do every step that it could do once?" if k == 0 else
-                      " With a small table the standardisation is cheap: here the time goes into building each "
-                      "batch one event at a time (on a GPU, a copy per event) and reading the loss every step. "
-                      "Fix every cause, not only one.")
-            raise Wrong("same losses and weights, but " + where + advice)
-        report.append(f"{speedup:.0f}× on {n:,} events ({fast_s * 1e3:.0f} ms against {slow_s * 1e3:.0f} ms)")
-    where = "both on one CPU thread" if device.type == "cpu" else f"both on {device}"
-    return (f"same losses and the same trained weights as the original, and faster on this machine, {where}: "
-            + "; ".join(report) + ".")
-
-
-q4 = Exercise("ep07.q4", _check_fast_train,
-              hint="Read slow_train line by line and ask, for each: does this need to happen every step, and "
-                   "every event? Whatever depends only on X and y can happen once, before the loop, on the "
-                   "model's device. Reading a loss as a Python number makes the host wait: how often must it?",
-              solution=solution_link(NOTEBOOK))
-
-__all__ = ["q1", "q2", "q3", "q4", "slow_train", "capstone_data", "capstone_model", "capstone_device",
-           "compile_report_reference", "REQUIRED_SPEEDUP", "one_thread"]
+__all__ = ["q1", "q2", "q3", "compile_report_reference", "recorded_profile"]
