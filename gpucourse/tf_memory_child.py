@@ -68,7 +68,8 @@ def halving_search(tf, where, gpus, report):
     batch = 2 ** math.ceil(math.log2(2 * total_mib * 2**20 / 4096)) if total_mib else 2**18   # or the cap
     tries = []
     while batch >= 1:
-        failed, start = False, time.perf_counter()
+        failed = False
+        start = time.perf_counter()
         try:
             attempt(batch)
         except tf.errors.ResourceExhaustedError as exc:

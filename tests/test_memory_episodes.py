@@ -1,0 +1,99 @@
+"""The helpers of episodes 5 and 6: the estimates both share, and the modules that run in fresh processes.
+
+The TensorFlow child really runs (TensorFlow is part of the course's environment): on a CPU it caps its
+own address space, runs out of memory on purpose and halves the batch until a step trains.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpucourse import estimate, fragmentation_child, memory, tf_memory_child
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ["make_mlp", "make_cnn", "training_step", "state_bytes", "activation_bytes_per_sample", "mlp_parameters",
+          "mlp_estimate", "largest"]
+
+
+def _functions(tree) -> dict:
+    """{name: ast.dump} of the functions in ``tree``, without the imports a module function makes first."""
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            node.body = [s for s in node.body if not isinstance(s, (ast.Import, ast.ImportFrom))]
+            found[node.name] = ast.dump(node)
+    return found
+
+
+def _cells(notebook, kind="code"):
+    cells = json.loads((ROOT / notebook).read_text())["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == kind]
+
+
+def test_episode_5_and_gpucourse_estimate_define_the_same_functions():
+    in_notebook = {}
+    for source in _cells("episodes/05-gpu-memory.ipynb"):
+        in_notebook.update(_functions(ast.parse(source)))
+    in_module = _functions(ast.parse(Path(estimate.__file__).read_text()))
+    for name in SHARED:
+        assert name in in_notebook, f"episode 5 no longer defines {name}"
+        assert in_notebook[name] == in_module[name], \
+            f"{name} differs between episode 5 and gpucourse/estimate.py: change both (episode 6 imports the module)"
+
+
+def test_the_estimates_count_what_a_model_holds():
+    model = estimate.make_mlp(15, 48, depth=3)
+    assert estimate.mlp_parameters(48, 3) == sum(p.numel() for p in model.parameters())
+    assert estimate.state_bytes(model) == 16 * estimate.mlp_parameters(48, 3)
+    assert estimate.mlp_estimate(48, 3, 10) == estimate.state_bytes(model) + \
+        10 * estimate.activation_bytes_per_sample(model, (15,))
+    assert estimate.largest(lambda n: n <= 37, 0, 1000) == 37
+    assert estimate.largest(lambda n: n <= 1000, 0, 2000, tolerance=0.01) >= 990
+
+
+@pytest.mark.parametrize("notebook, module", [("episodes/06-out-of-memory.ipynb", tf_memory_child),
+                                              ("episodes/06-out-of-memory.ipynb", fragmentation_child)])
+def test_the_key_lines_the_episode_shows_are_in_the_module(notebook, module):
+    source = Path(module.__file__).read_text()
+    name = module.__name__.rsplit(".", 1)[-1]
+    blocks = [b for text in _cells(notebook, "markdown") for b in re.findall(r"```python\n(.*?)```", text, re.S)]
+    shown = [b for b in blocks if ("set_memory_growth" in b) == (name == "tf_memory_child")]
+    assert shown, f"episode 6 shows no key lines of {name}"
+    for line in shown[0].splitlines():
+        code = line.split("#")[0].strip().rstrip(":")
+        if code and code != "...":
+            assert code in source, f"episode 6 shows {code!r}, which gpucourse/{name}.py no longer has"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path: an address-space cap, not a GPU")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the cap needs resource.setrlimit (Linux)")
+def test_the_tensorflow_child_runs_out_of_memory_and_halves_the_batch():
+    report = tf_memory_child.run("growth-on", "search", timeout=300)
+    assert report is not None, "the child failed (its stderr is printed above)"
+    assert report["device"] == "CPU:0" and report["memory growth"] == "no GPU"
+    tries = report["halving search"]
+    assert "out of memory" in tries[0], tries              # 2**18 rows of 1024 floats do not fit under the cap
+    assert "trained" in tries[-1], tries
+    assert report["first error"].startswith("ResourceExhaustedError"), report["first error"]
+    assert 1 <= report["largest batch found"] < 2**18
+
+
+def test_run_child_says_why_it_has_no_answer(capsys):
+    assert memory.run_child([sys.executable, "-c", "import sys; sys.exit('broken on purpose')"]) is None
+    assert "exit code 1" in capsys.readouterr().out
+    assert memory.run_child([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.5) is None
+    assert "did not finish within 0.5 s" in capsys.readouterr().out
+    assert memory.run_child([sys.executable, "-c", "print('{\"a\": 1}')"]) == {"a": 1}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="without a GPU the module refuses")
+def test_the_fragmentation_child_needs_a_gpu(capsys):
+    assert fragmentation_child.run() is None
+    assert "it needs a GPU" in capsys.readouterr().out
