@@ -473,3 +473,19 @@ def test_gpu_figures_match_the_episode_table():
         else:
             row = next(line for line in text.splitlines() if line.startswith(f"| {gpu.split()[0]} "))
             assert f"| {peak:g} " in row and f"{bw:,}" in row, (gpu, row)
+
+
+@pytest.mark.parametrize("q, args", [(ep01.q1, 4), (ep01.q2, 6)], ids=["q1", "q2"])
+def test_an_answer_that_never_returns_is_stopped(monkeypatch, q, args):
+    from gpucourse import exercises
+
+    monkeypatch.setattr(exercises, "DEADLINE_S", 0.5)
+
+    def spins(*given):
+        assert len(given) == args
+        while True:
+            time.sleep(0.01)
+
+    start = time.perf_counter()
+    assert_wrong(q, (spins,), ["did not return", "loop that never ends"])
+    assert time.perf_counter() - start < 10      # stopped at the deadline, not left running
