@@ -63,6 +63,10 @@ def test_hints_come_in_steps(capsys):
     assert "2 hint step(s): hint(1) or hint(2)" in capsys.readouterr().out
 
 
+def test_a_formatted_blank_prints_as_a_blank():
+    assert f"{____:.2f} TFLOP/s" == "____ TFLOP/s" and f"{____}" == "____"
+
+
 def test_blank_placeholder_misuse_is_not_done():
     for misuse in (lambda: ____(), lambda: ____.shape):
         try:
