@@ -10,13 +10,17 @@ from __future__ import annotations
 import time
 import warnings
 
-__all__ = ["GPU_DOCS", "MISSING", "fit_and_score"]
+__all__ = ["GPU_DOCS", "MISSING", "NoGPU", "fit_and_score"]
 
 #: XGBoost's own page on its GPU algorithms (``device="cuda"`` with ``tree_method="hist"``).
 GPU_DOCS = "https://xgboost.readthedocs.io/en/stable/gpu/index.html"
 
 MISSING = ("xgboost is not installed in this Python (Colab and Kaggle have it). Install it with "
            "`pip install xgboost` and run this cell again; the rest of the notebook does not need it.")
+
+
+class NoGPU(RuntimeError):
+    """``device="cuda"`` asked for, but XGBoost cannot train there (no CUDA build, or no GPU it can use)."""
 
 
 def _xgboost():
@@ -43,6 +47,14 @@ def fit_and_score(X_train, y_train, X_test, device: str = "cpu", rounds: int = 2
     ``fit`` returns only when training has finished, on either device, so a clock around it is
     right. A short untimed fit first pays the one-off costs (on a GPU, CUDA start-up), as a
     warm-up does in episode 1.
+
+    Raises
+    ------
+    ImportError
+        XGBoost is not installed (the message says what to do).
+    NoGPU
+        ``device`` is a GPU, but this XGBoost has no CUDA or finds no GPU: XGBoost itself would only warn
+        and train on the CPU.
     """
     xgboost = _xgboost()
 
@@ -50,7 +62,16 @@ def fit_and_score(X_train, y_train, X_test, device: str = "cpu", rounds: int = 2
         return xgboost.XGBClassifier(tree_method="hist", device=device, n_estimators=n, max_depth=6,
                                      learning_rate=0.1, random_state=seed, n_jobs=None)
 
-    classifier(2).fit(X_train[:1000], y_train[:1000])                       # warm-up, not timed
+    on_gpu = str(device).startswith("cuda")
+    if on_gpu and not xgboost.build_info().get("USE_CUDA"):
+        raise NoGPU(f"this XGBoost {xgboost.__version__} was built without CUDA (pip's xgboost-cpu, or macOS), so "
+                    "it cannot train on a GPU; Colab's and Kaggle's XGBoost can.")
+    with warnings.catch_warnings(record=True) as caught:                  # warm-up, not timed
+        warnings.simplefilter("always")
+        classifier(2).fit(X_train[:1000], y_train[:1000])
+    if on_gpu and any("Device is changed from GPU to CPU" in str(w.message) for w in caught):
+        # XGBoost would quietly train on the CPU instead: a "GPU" time that is not one
+        raise NoGPU("XGBoost found no GPU it can use (it would fall back to the CPU), so there is no GPU fit to time.")
     model = classifier(rounds)
     start = time.perf_counter()
     model.fit(X_train, y_train)

@@ -42,3 +42,17 @@ def test_without_xgboost_the_error_says_what_to_do(monkeypatch):
     with pytest.raises(ImportError, match="pip install xgboost") as info:
         xgb.fit_and_score(X, y, X, rounds=2)
     assert "Colab and Kaggle have it" in str(info.value)
+
+
+def test_a_gpu_fit_without_a_usable_gpu_is_refused_not_timed_on_the_cpu(monkeypatch):
+    xgboost = pytest.importorskip("xgboost")
+    X, y = _table(300, 3)
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: XGBoost trains there")
+    with pytest.raises(xgb.NoGPU, match="no GPU it can use"):       # XGBoost itself would fall back to the CPU
+        xgb.fit_and_score(X, y, X, device="cuda", rounds=2)
+    monkeypatch.setattr(xgboost, "build_info", lambda: {"USE_CUDA": False})
+    with pytest.raises(xgb.NoGPU, match="built without CUDA"):
+        xgb.fit_and_score(X, y, X, device="cuda", rounds=2)
