@@ -123,6 +123,24 @@ def fast_train_standardisation_only(model, X, y, steps, batch_size, lr=0.05):
     return losses
 
 
+def fast_train_batches_only(model, X, y, steps, batch_size, lr=0.05):
+    """Batches sliced from one tensor, losses read at the end, but the whole table standardised every step."""
+    device = next(model.parameters()).device
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    y_t = torch.from_numpy(y).float().to(device)
+    n_batches = len(X) // batch_size
+    losses = []
+    for step in range(steps):
+        X_std = torch.from_numpy((X - X.mean(axis=0)) / X.std(axis=0)).float().to(device)
+        first = (step % n_batches) * batch_size
+        optimizer.zero_grad()
+        loss = loss_fn(model(X_std[first:first + batch_size]).squeeze(1), y_t[first:first + batch_size])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses).tolist()
+
+
 def make_memoising():
     """Remembers (losses, trained weights) per data, weights and steps; answers repeats without training."""
     cache = {}
@@ -214,7 +232,10 @@ Q1_WRONG = {
     "returns one number": (lambda m, X, y, s, b: fast_train(m, X, y, s, b)[-1], ["list of losses"]),
     "not a function": ([0.7, 0.6], ["pass the function itself"]),
     "only the standardisation moved out of the loop": (fast_train_standardisation_only,
-                                                       ["every table", "not only one"]),
+                                                       ["every table", "grows with the batch size", "once per event",
+                                                        "not only one"]),
+    "only the batches fixed, the table standardised every step": (fast_train_batches_only,
+                                                                  ["every table", "whole table", "all of X"]),
     "remembers results instead of training": (make_memoising(), ["no cached results"]),
     "torch.std with its default n - 1": (_variant(torch_std=1), ["n - 1", "correction=0"]),
     "mixed devices": (lambda m, X, y, s, b: (_ for _ in ()).throw(RuntimeError(
