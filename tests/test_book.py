@@ -21,9 +21,14 @@ from pathlib import Path
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import expect
 
 import coursetools
 from conftest import ROOT
+
+#: How long a menu, dialog or drawer may take to open on a busy machine: expect() polls until then,
+#: so a fast machine does not wait (a fixed sleep followed by is_visible() fails when the browser is slow).
+UI_WAIT_MS = 15_000
 
 OUT = ROOT / "_build" / "test"
 HTML = OUT / "_build" / "html"
@@ -180,8 +185,7 @@ def test_notebook_page_has_colab_launch_button_and_badges(browser, server, page_
     kaggle = page.locator(f'article a[href="{coursetools.kaggle_url(REPO, BRANCH, rel)}"] img[alt="Open in Kaggle"]')
     assert kaggle.count() == 1, "the Kaggle badge in the text is missing or points elsewhere"
     page.locator(".bd-header-article .dropdown-launch-buttons button").first.click()
-    page.wait_for_timeout(200)
-    assert launch.first.is_visible(), "the Colab launch link is not shown when the launch menu opens"
+    expect(launch.first, "the Colab launch link is not shown when the launch menu opens").to_be_visible(timeout=UI_WAIT_MS)
     if page_name == NOTEBOOK_PAGES[0]:
         page.screenshot(path=str(SHOTS / "launch-menu-open.png"))
     assert not problems, f"console errors on {page_name}: {problems}"
@@ -258,9 +262,8 @@ def test_search_button_is_named_by_what_it_shows_and_opens_search(browser, serve
         return b.innerText.replace(/\\s+/g, ' ').trim(); }""")
     assert name.startswith("Search") and "K" in name, name
     button.click()
-    page.wait_for_timeout(300)
     field = page.locator("#pst-search-dialog input[type=search]").first
-    assert field.is_visible(), "the search button no longer opens the search field"
+    expect(field, "the search button no longer opens the search field").to_be_visible(timeout=UI_WAIT_MS)
     page.screenshot(path=str(SHOTS / "search-open.png"))
     assert not problems, problems
     page.close()
@@ -282,7 +285,8 @@ def test_color_mode_button_is_named_by_the_mode_it_shows(browser, server):
         assert label == f"Color mode: {shown[0]}", f"named {label!r} but shows {shown[0]!r}"
         names.append(label)
         button.click()
-        page.wait_for_timeout(200)
+        expect(button, f"the colour-mode button still says {label!r} after a click").not_to_have_attribute(
+            "aria-label", label, timeout=UI_WAIT_MS)
     assert len(set(names)) == 3, names
     assert not problems, problems
     page.close()
@@ -346,9 +350,13 @@ def test_outputs_read_well(browser, server, page_name):
             "its text shrinks below legible size (make the figure narrower, about 7 inches)")
 
 
-def _sidebar_link_visible(page) -> bool:
+def _sidebar_link(page):
     return page.locator('.bd-sidebar-primary a[href*="01-what-is-a-gpu"], '
-                        'dialog a[href*="01-what-is-a-gpu"]').first.is_visible()
+                        'dialog a[href*="01-what-is-a-gpu"]').first
+
+
+def _sidebar_link_visible(page) -> bool:
+    return _sidebar_link(page).is_visible()
 
 
 @pytest.mark.parametrize("width_name", ["phone", "tablet"])
@@ -357,16 +365,16 @@ def test_navigation_drawer_opens_on_small_screens(browser, server, width_name):
                     width=WIDTHS[width_name], shot=width_name)
     assert not _sidebar_link_visible(page), "the navigation is already open on a small screen"
     page.locator("button.primary-toggle").first.click()
-    page.wait_for_timeout(400)
+    expect(_sidebar_link(page), f"the ☰ button does not open the navigation at {WIDTHS[width_name]} px"
+           ).to_be_visible(timeout=UI_WAIT_MS)
     page.screenshot(path=str(SHOTS / width_name / "nav-open.png"))
-    assert _sidebar_link_visible(page), f"the ☰ button does not open the navigation at {WIDTHS[width_name]} px"
     page.keyboard.press("Escape")
-    page.wait_for_timeout(300)
+    page.wait_for_timeout(300)        # not a race: the click below waits until its button takes clicks
     page.locator("button.secondary-toggle").first.click()
-    page.wait_for_timeout(400)
+    toc = page.locator('.bd-sidebar-secondary a[href="#key-points"], dialog a[href="#key-points"]').first
+    expect(toc, f"the contents button does not open this page's table of contents at {WIDTHS[width_name]} px"
+           ).to_be_visible(timeout=UI_WAIT_MS)
     page.screenshot(path=str(SHOTS / width_name / "toc-open.png"))
-    assert page.locator('.bd-sidebar-secondary a[href="#key-points"], dialog a[href="#key-points"]').first.is_visible(), (
-        f"the contents button does not open this page's table of contents at {WIDTHS[width_name]} px")
     page.close()
 
 
@@ -374,6 +382,6 @@ def test_sidebar_collapses_on_desktop(browser, server):
     page, _ = _open(browser, f"{server}/episodes/03-pytorch-classifier.html", "sidebar")
     assert _sidebar_link_visible(page), "the navigation sidebar is not shown on a desktop screen"
     page.locator("button.primary-toggle").first.click()
-    page.wait_for_timeout(400)
-    assert not _sidebar_link_visible(page), "the ☰ button does not hide the sidebar on a desktop screen"
+    expect(_sidebar_link(page), "the ☰ button does not hide the sidebar on a desktop screen").to_be_hidden(
+        timeout=UI_WAIT_MS)
     page.close()

@@ -206,20 +206,14 @@ def test_first_error_is_the_root_cause_not_torchruns_report():
 
 
 def test_an_interrupt_during_a_launch_kills_every_process(tmp_path):
-    import signal
-    import threading
-
     pidfile = tmp_path / "child.pid"
-    code = ("import subprocess, sys, time; "
+    code = ("import os, subprocess, sys, time; "
             "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)")
-    timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))   # like the kernel's stop button
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            launch([sys.executable, "-c", code], timeout=60, show=False)
-    finally:
-        timer.cancel()
+            f"open({str(pidfile)!r} + '.tmp', 'w').write(str(p.pid)); "
+            f"os.replace({str(pidfile)!r} + '.tmp', {str(pidfile)!r}); time.sleep(60)")
+    _interrupt_when_written([pidfile])        # the kernel's stop button, pressed once the worker runs
+    with pytest.raises(KeyboardInterrupt):
+        launch([sys.executable, "-c", code], timeout=60, show=False)
     child = int(pidfile.read_text())
     for _ in range(50):
         if not _alive(child):
