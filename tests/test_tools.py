@@ -162,3 +162,13 @@ def test_make_lab_opens_the_course_in_jupyterlab():
     assert done.stdout.strip() == (f'.venv/bin/jupyter-lab --ServerApp.root_dir="{ROOT}" --no-browser '
                                    "episodes/01-what-is-a-gpu.ipynb")
     assert any(line.startswith("jupyterlab==") for line in (ROOT / "requirements.txt").read_text().splitlines())
+
+
+def test_solution_pages_drop_the_generators_markdown_markers():
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    from solution_markers import strip_markdown_markers, strip_markers
+
+    html = ("<!-- BEGIN SOLUTION -->\n<p>the answer</p>\n<!-- STUB: Which of your changes\nmattered most? -->\n"
+            "<!-- END SOLUTION -->")
+    assert strip_markdown_markers(html) == "<p>the answer</p>\n"
+    assert strip_markers("x = 1\n    ### BEGIN SOLUTION\ny = 2\n### STUB: y = ____\n### END SOLUTION") == "x = 1\ny = 2"
