@@ -106,3 +106,18 @@ def benchmark(fn: Callable[[], object], device="cpu", *, warmup: int = 1,
         sync()
         times.append(time.perf_counter() - start)
     return Timing(tuple(times))
+
+
+def crossover(widths, cpu_times, gpu_times):
+    """First width from which the GPU is faster for every wider network.
+
+    ``None`` if that never happens, or if there is no GPU (``gpu_times is None``).
+    A width where the GPU wins but a wider one where it loses again is not a
+    crossover: the answer must hold from there on.
+    """
+    if gpu_times is None:
+        return None
+    for i, width in enumerate(widths):
+        if all(g < c for c, g in zip(cpu_times[i:], gpu_times[i:])):
+            return width
+    return None

@@ -77,3 +77,15 @@ def test_unknown_device(bad):
 def test_bad_repeats():
     with pytest.raises(ValueError, match="repeats"):
         timing.benchmark(lambda: None, repeats=0)
+
+
+@pytest.mark.parametrize("cpu, gpu, expected", [
+    ([1.0, 2.0, 4.0, 8.0], [3.0, 3.0, 3.0, 3.0], 400),    # the GPU wins from the third width on
+    ([1.0, 2.0, 4.0, 8.0], [0.5, 3.0, 3.0, 3.0], 400),    # an early win that does not last is no crossover
+    ([1.0, 2.0, 4.0, 8.0], [3.0, 3.0, 3.0, 9.0], None),   # it loses again at the widest: none
+    ([1.0, 2.0, 4.0, 8.0], [3.0, 3.0, 4.0, 5.0], 800),    # a tie (at 400) is not a win
+    ([1.0, 2.0, 4.0, 8.0], [0.5, 0.5, 0.5, 0.5], 100),    # faster everywhere
+    ([1.0, 2.0, 4.0, 8.0], None, None),                   # no GPU
+])
+def test_crossover_is_where_the_gpu_wins_and_keeps_winning(cpu, gpu, expected):
+    assert timing.crossover([100, 200, 400, 800], cpu, gpu) == expected
