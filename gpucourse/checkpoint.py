@@ -57,7 +57,7 @@ def set_rng_state(state: dict) -> None:
     random.setstate(_as_tuple(state["python"]))
     n = state["numpy"]
     np.random.set_state({"bit_generator": n["bit_generator"],
-                         "state": {"key": n["key"].numpy().astype(np.uint32), "pos": n["pos"]},
+                         "state": {"key": n["key"].cpu().numpy().astype(np.uint32), "pos": n["pos"]},
                          "has_gauss": n["has_gauss"], "gauss": n["gauss"]})
     torch.set_rng_state(state["torch"].cpu())
     cuda = state["cuda"]
@@ -103,9 +103,10 @@ class EpochSampler(Sampler):
 def loader_generator(generator: torch.Generator, seed: int, epoch: int) -> torch.Generator:
     """Re-seed the DataLoader's own generator for ``epoch``; return it.
 
-    A DataLoader draws a seed for its worker processes each time it starts an epoch, from the
-    generator it was given, or else from torch's global one. Given its own generator, it leaves
-    the global generator (dropout's) alone, and the workers' seeds follow from ``(seed, epoch)``.
+    Each new DataLoader iterator (even with ``num_workers=0``) draws a seed for its worker
+    processes from the generator it was given, or else from torch's global CPU generator, the one
+    CPU dropout, augmentations and samplers draw from. Given its own generator, it leaves that
+    one alone, and the workers' seeds follow from ``(seed, epoch)``.
     """
     return generator.manual_seed(seed * 1_000_003 + epoch + 1)
 
@@ -137,9 +138,14 @@ def save(ckpt: dict, path) -> Path:
     return path
 
 
-def load(path, device) -> dict:
-    """Read a checkpoint onto ``device`` (whatever device this run has), running no code from it."""
-    return torch.load(path, map_location=device, weights_only=True)
+def load(path) -> dict:
+    """Read a checkpoint into CPU memory, running no code from it.
+
+    ``restore`` then copies each part to the device its object lives on, whatever device this
+    run has. (Mapped straight to a GPU, Adam's step counts would land there too, where PyTorch
+    expects them on the CPU, and every optimizer step would wait to read them back.)
+    """
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 # --- where to keep it -----------------------------------------------------------------------
@@ -152,8 +158,9 @@ def where_to_keep(name: str, chosen=None) -> Path:
     """A folder for checkpoints that outlives this session where the platform allows; made.
 
     ``chosen`` (a folder the learner picked) wins. Otherwise: Google Drive when it is mounted in
-    Colab; ``/kaggle/working`` on Kaggle (kept as the notebook's output when you save a
-    version); else a folder in the course's cache. A message says what survives where.
+    Colab; ``/kaggle/working`` on Kaggle (kept only with the session's file persistence on, or
+    as the output of a saved version); else a folder in the course's cache. A message says what
+    survives where.
     """
     import sys
 
@@ -162,15 +169,19 @@ def where_to_keep(name: str, chosen=None) -> Path:
     if chosen is not None:
         folder, why = Path(chosen).expanduser(), "the folder you chose"
     elif "google.colab" in sys.modules and DRIVE.is_dir():
-        folder, why = DRIVE / "gpucourse-checkpoints" / name, "Google Drive: survives the end of this Colab session"
+        folder = DRIVE / "gpucourse-checkpoints" / name
+        why = ("Google Drive: survives the end of this Colab session. Drive uploads in the background: "
+               "when you stop a run yourself, call drive.flush_and_unmount() before the runtime ends")
     elif "google.colab" in sys.modules:
         folder = cache.root() / "checkpoints" / name
         why = ("the course's cache on Colab's local disk, which is WIPED when the runtime ends. To keep "
                "checkpoints, mount Google Drive first (from google.colab import drive; "
                "drive.mount('/content/drive')) and run this cell again")
     elif os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or KAGGLE.is_dir():
-        folder, why = KAGGLE / "checkpoints" / name, ("/kaggle/working: kept as the notebook's output when you "
-                                                      "save a version (Save & Run All), lost otherwise")
+        folder = KAGGLE / "checkpoints" / name
+        why = ("/kaggle/working: LOST when this interactive session ends unless Session options > "
+               "Persistence keeps files (best effort; turn it on before the session ends). A version saved "
+               "with Save & Run All re-runs the notebook from the start and keeps what that run leaves here")
     else:
         folder, why = cache.root() / "checkpoints" / name, "the course's cache folder on this machine"
     folder.mkdir(parents=True, exist_ok=True)

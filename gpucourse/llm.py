@@ -58,10 +58,43 @@ CONFIGS = {
 GPU_MEMORY_GB = {"T4": 16, "L4": 24, "A100 80GB": 80, "H100 SXM": 80}
 _BANDS_MODEL = {"T4": "Tesla T4", "L4": "NVIDIA L4", "A100 80GB": "NVIDIA A100 80GB SXM", "H100 SXM": "NVIDIA H100 SXM"}
 
-# What int4 weights can fail with where the device or the installed torchao has no int4 kernel:
-# ImportError (torchao >= 0.15's CPU path needs the separate `mslk` package), NotImplementedError
-# (no int4 packing kernel for this device) and RuntimeError (a CUDA int4 kernel that needs a newer GPU).
-INT4_UNAVAILABLE = (ImportError, NotImplementedError, RuntimeError)
+# What int4 weights can still fail with where the installed torchao lacks a kernel for this device:
+# ImportError (a format that needs a separate package, e.g. torchao >= 0.15's default "plain" one needs
+# `mslk`), NotImplementedError and ValueError (no packing for this device or layout) and RuntimeError.
+INT4_UNAVAILABLE = (ImportError, NotImplementedError, ValueError, RuntimeError)
+
+
+def int4_config(group_size: int = 64):
+    """torchao's int4 weight-only config with the tinygemm kernel's layout, in any torchao version.
+
+    torchao >= 0.15 defaults to a "plain" format whose kernels need the separate ``mslk`` package and
+    Hopper; ``tile_packed_to_4d`` is tinygemm there. Older versions (Colab's 0.10) use tinygemm by default.
+    """
+    import dataclasses
+
+    from torchao.quantization import Int4WeightOnlyConfig
+
+    if "int4_packing_format" in {f.name for f in dataclasses.fields(Int4WeightOnlyConfig)}:
+        return Int4WeightOnlyConfig(group_size=group_size, int4_packing_format="tile_packed_to_4d")
+    return Int4WeightOnlyConfig(group_size=group_size)
+
+
+def why_no_int4(device) -> str | None:
+    """Why tinygemm's int4 kernel cannot run on ``device``, or None where it can.
+
+    Asked before trying: on a GPU older than Ampere the kernel is not compiled in, and the failure
+    arrives as an asynchronous CUDA error that can break the rest of the session.
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "torchao's int4 kernel (tinygemm) runs on CUDA GPUs only"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < (8, 0):
+        return (f"torchao's int4 kernel (tinygemm) needs compute capability 8.0 (Ampere) or newer; "
+                f"{torch.cuda.get_device_name(device)} is {major}.{minor}")
+    return None
 
 
 def gpus() -> dict:
@@ -254,5 +287,6 @@ def bitsandbytes_status(on_gpu: bool) -> str | None:
 
 
 __all__ = ["REPO_ID", "REVISION", "LICENCE", "SMOLLM2_135M", "CONFIGS", "GPU_MEMORY_GB", "INT4_UNAVAILABLE",
+           "int4_config", "why_no_int4",
            "gpus", "import_libraries", "llama_config", "count_parameters", "load_model", "encode",
            "tensor_bytes", "model_bytes", "cache_bytes", "lora_model", "bitsandbytes_status"]

@@ -91,8 +91,11 @@ def _ask_to_stop(signum, frame):   # a handler only notes the request; the loop 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    deterministic = torch.are_deterministic_algorithms_enabled()
     if args.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # before cuBLAS starts
+        # read when cuBLAS starts: it takes effect in a fresh process (survive.run), not in a kernel
+        # that has already used the GPU
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
     args.out.mkdir(parents=True, exist_ok=True)
     use_cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
@@ -103,6 +106,7 @@ def main(argv=None) -> None:
         train(args, device)
     finally:
         torch.set_num_threads(threads)   # called in a notebook: give the kernel its threads back
+        torch.use_deterministic_algorithms(deterministic)
 
 
 def _saving_slowly(pause: float):
@@ -170,7 +174,7 @@ def train(args, device: torch.device) -> None:
     path = args.out / "checkpoint.pt"
     epoch, step = 0, 0
     if path.exists():                    # resume: the last complete checkpoint
-        ckpt = checkpoint.load(path, device)
+        ckpt = checkpoint.load(path)
         ckpt = _leave_out(ckpt, args.forget, optimizer, scheduler)    # --forget: the demonstration only
         epoch, step = checkpoint.restore(ckpt, model, optimizer, scaler, scheduler)
         say(f"resumed from {path.name}: epoch {epoch}, step {step} of {steps_per_epoch}")

@@ -8,6 +8,7 @@ import json
 import subprocess
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -86,6 +87,47 @@ def test_a_checkpoint_from_more_gpus_than_this_machine_has_starts_the_cuda_gener
     with fake_gpu("T4", 1):
         checkpoint.set_rng_state(state)
     assert "2 CUDA generator states and this machine 1 GPUs" in capsys.readouterr().out
+
+
+class _OnTheGpu:
+    """A tensor as ``torch.load(map_location="cuda")`` hands it back: ``numpy()`` refuses it."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def numpy(self):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
+                        "tensor to host memory first.")
+
+    def cpu(self):
+        return self.tensor
+
+
+def test_random_states_restore_from_tensors_that_were_mapped_to_a_gpu():
+    from gpucourse import checkpoint
+
+    state = checkpoint.rng_state()
+    want = np.random.rand()
+    state["numpy"]["key"] = _OnTheGpu(state["numpy"]["key"])
+    state["torch"] = _OnTheGpu(state["torch"])
+    np.random.rand()
+    checkpoint.set_rng_state(state)
+    assert np.random.rand() == want
+
+
+def test_a_checkpoint_loads_into_cpu_memory_whatever_it_was_written_on(tmp_path):
+    """restore() places each part on its object's device; Adam's step counts must stay on the CPU."""
+    from gpucourse import checkpoint
+
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(2, 3)).sum().backward()
+    optimizer.step()
+    checkpoint.save({"optimizer": optimizer.state_dict()}, tmp_path / "c.pt")
+    with fake_gpu("A100"):                             # this run has a GPU now
+        loaded = checkpoint.load(tmp_path / "c.pt")
+    devices = {t.device.type for s in loaded["optimizer"]["state"].values() for t in s.values()}
+    assert devices == {"cpu"}
 
 
 def test_a_cuda_budget_raises_the_gpus_error_beyond_it():
@@ -242,3 +284,33 @@ def test_timing_synchronises_a_cuda_device():
         finally:
             torch._C._cuda_synchronize = real
     assert calls == ["sync", "sync"]
+
+
+@pytest.mark.parametrize("model, runs", [("T4", False), ("A100", True), ("H100", True), ("L4", True)])
+def test_int4_is_tried_only_where_tinygemm_exists(model, runs):
+    """A T4 (7.5) would fail inside a CUDA kernel, asynchronously: the episode must ask first."""
+    from gpucourse import llm
+
+    with fake_gpu(model):
+        why = llm.why_no_int4(torch.device("cuda"))
+    assert (why is None) == runs
+    if not runs:
+        assert "8.0" in why and "7.5" in why and MODELS[model]["name"] in why
+
+
+def test_int4_is_not_tried_without_a_gpu():
+    from gpucourse import llm
+
+    assert "CUDA" in llm.why_no_int4("cpu")
+
+
+def test_the_int4_config_uses_the_tinygemm_layout_in_this_torchao():
+    pytest.importorskip("torchao")
+    from gpucourse import llm
+
+    config = llm.int4_config(group_size=64)
+    assert config.group_size == 64
+    fmt = getattr(config, "int4_packing_format", None)        # torchao >= 0.15: plain (mslk) by default
+    layout = getattr(config, "layout", None)                  # older: the tensor-core tiled layout
+    assert (fmt is not None and str(getattr(fmt, "value", fmt)) == "tile_packed_to_4d") or \
+        type(layout).__name__ == "TensorCoreTiledLayout"

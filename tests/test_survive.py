@@ -66,7 +66,7 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(straight, tmp_pa
     assert killed.killed and killed.last_step == 15, killed.summary(20)
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint.pt.")]
     assert leftovers, "the killed writer's temporary file should still be there"
-    ckpt = checkpoint.load(tmp_path / "checkpoint.pt", "cpu")       # whole, and the one before the kill
+    ckpt = checkpoint.load(tmp_path / "checkpoint.pt")       # whole, and the one before the kill
     assert (ckpt["epoch"], ckpt["step"]) == (0, 10)
     resumed = survive.run(tmp_path, timeout=TIMEOUT, **OPTS)
     assert resumed.returncode == 0, resumed.summary(20)
@@ -78,7 +78,7 @@ def test_sigusr1_saves_then_stops_and_the_run_resumes(straight, tmp_path):
     stopped = survive.run(tmp_path, timeout=TIMEOUT, kill_at=7, sig=signal.SIGUSR1, **OPTS)
     assert stopped.returncode == 128 + signal.SIGUSR1, stopped.summary(20)
     assert "SIGUSR1" in stopped.summary()
-    ckpt = checkpoint.load(tmp_path / "checkpoint.pt", "cpu")
+    ckpt = checkpoint.load(tmp_path / "checkpoint.pt")
     assert ckpt["epoch"] * 16 + ckpt["step"] == stopped.last_step      # saved at the step it stopped
     resumed = survive.run(tmp_path, timeout=TIMEOUT, **OPTS)
     assert resumed.returncode == 0, resumed.summary(20)
@@ -151,7 +151,7 @@ def test_rng_state_survives_a_weights_only_file(tmp_path):
     random.seed(99)
     np.random.seed(99)
     torch.manual_seed(99)
-    checkpoint.set_rng_state(checkpoint.load(tmp_path / "rng.pt", "cpu")["rng"])
+    checkpoint.set_rng_state(checkpoint.load(tmp_path / "rng.pt")["rng"])
     assert (random.random(), np.random.rand(), torch.rand(1).item(), np.random.randn()) == want
 
 
@@ -180,10 +180,13 @@ def test_where_to_keep(tmp_path, monkeypatch, capsys):
     assert str(local).startswith(os.environ["GPUCOURSE_DATA"]) and "WIPED" in capsys.readouterr().out
     (tmp_path / "drive" / "MyDrive").mkdir(parents=True)
     assert checkpoint.where_to_keep("ep11") == tmp_path / "drive" / "MyDrive" / "gpucourse-checkpoints" / "ep11"
+    assert "flush_and_unmount" in capsys.readouterr().out    # Drive uploads later: say how to make sure
     monkeypatch.delitem(sys.modules, "google.colab")
     monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
     monkeypatch.setattr(checkpoint, "KAGGLE", tmp_path / "kaggle" / "working")
     assert checkpoint.where_to_keep("ep11") == tmp_path / "kaggle" / "working" / "checkpoints" / "ep11"
+    kaggle_message = capsys.readouterr().out
+    assert "LOST" in kaggle_message and "Persistence" in kaggle_message
 
 
 EPISODE = Path(__file__).resolve().parents[1] / "episodes" / "11-runs-that-survive.ipynb"

@@ -410,7 +410,7 @@ def _check_interval(fn):
             raise Wrong(f"{what} is {got:g}: at least one step must pass between checkpoints (use max(1, ...)).")
         raise Wrong(f"{what} is {got:g}, expected {want} steps: √(2 × {save_s:g} s × {mtbi:g} s) / {step_s:g} s.")
     return ("Young's first-order interval √(2δM): save less often when saving is slow or interruptions rare, "
-            "more often when they are frequent. Daly (2006) refines it to √(2δM) − δ for large δ.")
+            "more often when they are frequent. Daly (2006) adds higher-order terms that matter when δ is not small against M.")
 
 
 q3 = Exercise("ep11.q3", _check_interval,
@@ -446,11 +446,11 @@ def _traces():
                     "the training window"),
         ("starved at a steady 45 %", np.concatenate([idle(5), noisy(45, 100), idle(5)]), True,
          "busy 45 % of the time while training is input-bound"),
-        ("fed, with two short dips for checkpoints", dips, False,
-         "two short dips (a checkpoint being saved) do not make a run input-bound: its mean is above 80 %. "
+        ("fed, with short dips for checkpoints", dips, False,
+         "short dips (checkpoints being saved) do not make a run input-bound: its mean is above 80 %. "
          "Do not judge by the lowest sample"),
         ("starved at 70 %", noisy(70, 100), True,
-         "70 % is below the 80 % line: a third of the time the GPU waits"),
+         "70 % is below the 80 % line: the GPU waits 30 % of the time"),
         ("fed at 88 %, starting at once", np.concatenate([noisy(88, 60), idle(3)]), False,
          "88 % is above the 80 % line"),
     ]
