@@ -21,7 +21,7 @@ import secrets
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["save_atomic", "create_temporary", "remove_stale_temporaries", "fsync_folder"]
+__all__ = ["save_atomic", "create_temporary", "remove_stale_temporaries", "fsync_folder", "writable_folder"]
 
 
 def _temporary_name(path: Path) -> str:
@@ -152,3 +152,16 @@ def save_atomic(save: Callable[[Path], None], path: Path) -> None:
         tmp.unlink(missing_ok=True)
         raise
     fsync_folder(path.parent)
+
+
+def writable_folder(folder: Path) -> Path:
+    """Create ``folder`` and check that files can be written there, before any training starts."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise SystemExit(f"error: --out {folder} is not a folder this process can write to "
+                         f"({exc.strerror}): choose another --out.") from None
+    return folder

@@ -17,6 +17,11 @@ import os
 import sys
 
 
+def _oom_figures(message: str) -> str:
+    """The figures of PyTorch's out-of-memory message (request, capacity, allowed, reserved), not its advice."""
+    return message.removeprefix("CUDA out of memory. ").split(" If reserved")[0].split(" See documentation")[0].strip()
+
+
 def main() -> dict:
     import torch
 
@@ -35,7 +40,7 @@ def main() -> dict:
         report["640 MiB"] = "fits"
         del big
     except torch.OutOfMemoryError as exc:
-        report["640 MiB"] = "out of memory: " + str(exc).split(". ")[0]
+        report["640 MiB"] = "out of memory: " + _oom_figures(str(exc))
     try:                                                            # did the setting take effect?
         report["expandable_segments"] = torch.cuda.memory._snapshot()["allocator_settings"]["expandable_segments"]
     except (KeyError, TypeError, AttributeError, RuntimeError):

@@ -53,7 +53,8 @@ CONFIGS = {
                           num_attention_heads=64, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
 }
 
-# Memory of the GPUs in episode 1's datasheet table, in decimal gigabytes as NVIDIA states it (T4, L4,
+# Memory of the GPUs in episode 1's datasheet table, in GB as NVIDIA states it and counted as 10**9 bytes, a
+# cautious rule (the chips come in GiB, and ECC and the driver take some) (T4, L4,
 # A100 and H100 datasheets; the links are in episode 1). Bandwidths come from the course's bands file.
 GPU_MEMORY_GB = {"T4": 16, "L4": 24, "A100 80GB": 80, "H100 SXM": 80}
 _BANDS_MODEL = {"T4": "Tesla T4", "L4": "NVIDIA L4", "A100 80GB": "NVIDIA A100 80GB SXM", "H100 SXM": "NVIDIA H100 SXM"}

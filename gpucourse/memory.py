@@ -118,7 +118,7 @@ class CudaMeter:
         ``free_cache()`` (live tensors, the cuBLAS workspace) is added to ``nbytes``, so that the budget is
         for what the block creates, as a ``TensorMeter``'s is. The fraction is set back to 1 afterwards.
         The allocator reserves in segments: requests up to 1 MiB share 2 MiB segments, requests of 1–10 MiB
-        share 20 MiB segments, and larger ones get a segment of their own rounded up to a multiple of 2 MiB
+        share 20 MiB segments, and larger ones, when no cached free block fits, a new segment of their own rounded up to a multiple of 2 MiB
         (``CUDACachingAllocator.cpp``), so a GPU runs out somewhat earlier than the same budget on a CPU.
         """
         import torch

@@ -391,7 +391,7 @@ def test_ddp_train_rejects_bad_arguments_before_it_starts(tmp_path, capsys, argv
 
 
 def test_ddp_train_checks_the_output_folder_first_and_saves_whole_files(tmp_path):
-    from gpucourse.distributed.ddp_train import save_atomic, writable_folder
+    from gpucourse.atomic import save_atomic, writable_folder
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")

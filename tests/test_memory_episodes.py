@@ -97,3 +97,16 @@ def test_run_child_says_why_it_has_no_answer(capsys):
 def test_the_fragmentation_child_needs_a_gpu(capsys):
     assert fragmentation_child.run() is None
     assert "it needs a GPU" in capsys.readouterr().out
+
+
+def test_the_fragmentation_report_keeps_the_figures_of_the_out_of_memory_message():
+    """Episode 6 asks learners to read the figures: the request, what is allowed, what is reserved."""
+    message = ("CUDA out of memory. Tried to allocate 640.00 MiB. GPU 0 has a total capacity of 14.74 GiB of which "
+               "12.99 GiB is free. Of the allocated memory 512.00 MiB is allocated by PyTorch, and 1.00 GiB is "
+               "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+               "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+    figures = fragmentation_child._oom_figures(message)
+    assert figures.startswith("Tried to allocate 640.00 MiB")
+    assert "1.00 GiB is reserved by PyTorch but unallocated" in figures
+    assert "If reserved" not in figures and "https" not in figures

@@ -310,7 +310,7 @@ q2 = Exercise("ep05.q2", _check_max_batch,
 
 # --- q3: the smallest GPU that fits a model ---------------------------------------------------
 
-# GPU memory in GB (10**9 bytes), as datasheets state it: episode 1's table of data-centre GPUs, in no
+# GPU memory in GB as datasheets state it, counted as 10**9 bytes (a cautious rule: the chips come in GiB): episode 1's table of data-centre GPUs, in no
 # particular order, and desktop GPUs (NVIDIA's product pages: RTX 3080 10 GB, RTX 3060 12 GB, RTX 4060 Ti
 # 16 GB, RTX 4090 24 GB, RTX A6000 48 GB).
 _DATACENTRE = {"A100 80GB": 80, "T4": 16, "H100 SXM": 80, "L4": 24, "V100 32GB": 32, "A100 40GB": 40, "P100": 16}
@@ -354,8 +354,9 @@ def _q3_rule(parameters, activations, batch, gpus, headroom, *, per_parameter=16
 
 
 _Q3_DIAGNOSES = [   # (rule, message), the specific mistakes first
-    (dict(unit=GIB), "datasheets give memory in GB, 10**9 bytes: a 16 GB T4 holds 16 × 10**9 bytes, not "
-     "16 × 2**30 (7 % more). Turn the GPU's GB into bytes with 10**9, and compare bytes with bytes."),
+    (dict(unit=GIB), "this exercise counts a datasheet GB as 10**9 bytes, a cautious rule: a 16 GB T4 leaves "
+     "14.74 GiB to PyTorch, less than 16 × 2**30. Turn the GPU's GB into bytes with 10**9, and compare bytes "
+     "with bytes."),
     (dict(per_parameter=12), "you counted 12 bytes per parameter: with Adam in float32 training holds 16, the weights "
      "(4), their gradients (4) and Adam's two moments (8)."),
     (dict(per_parameter=8), "you counted 8 bytes per parameter, the weights and gradients: Adam's two moments add 8 "
@@ -414,7 +415,7 @@ def _check_smallest_gpu(smallest_gpu):
     wrong = [a for a in answers if a[3] != a[2]]
     if not wrong:
         return (f"right on {len(answers)} models and tables, including one where nothing fits, one right at the "
-                "edge and two GPUs with the same memory. Datasheet GB are 10**9 bytes.")
+                "edge and two GPUs with the same memory (datasheet GB counted as 10**9 bytes, a cautious rule).")
     for rule, message in _Q3_DIAGNOSES:
         if all(a[3] == _q3_rule(*a[1], **rule) for a in answers):
             raise Wrong(message)

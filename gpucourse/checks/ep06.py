@@ -518,16 +518,17 @@ def _check_accumulation(accumulated_step):
             raise Wrong(f"{what}: the gradients are right, but every micro-batch's activations stayed in memory until "
                         f"the end (peak {_fmt(peak)}, against {_fmt(good_peak)} when each micro-batch is freed): you "
                         "kept the loss tensors (total += loss, or one backward() on their sum). Call backward() on "
-                        "each micro-batch's loss inside the loop, and add up loss.item(), a float.")
+                        "each micro-batch's loss inside the loop, and add up loss.detach() (no graph), turning the "
+                        "sum into a float once, after the loop.")
         if result is None:
             raise Wrong(f"{what} returned None: did you forget `return total`?")
         if isinstance(result, torch.Tensor):
-            raise Wrong(f"{what} returned {describe(result)}; return the batch's loss as a float (add up "
-                        "loss.item() of the weighted micro-batch losses).")
+            raise Wrong(f"{what} returned {describe(result)}; return the batch's loss as a float: "
+                        "float(total) (or total.item()) once, at the end.")
         value = as_number(f"the loss that {what} returned", result)
         if not math.isclose(value, full_loss, rel_tol=1e-4, abs_tol=1e-6):
             raise Wrong(f"{what} returned {value:.6g}, but the batch's mean loss is {full_loss:.6g}: add up "
-                        "loss.item() of every micro-batch's weighted loss (not just the last one).")
+                        "every micro-batch's weighted loss (loss.detach()), not just the last one.")
     return ("the optimizer received the full batch's gradients (equal sizes, a shorter last micro-batch, one part "
             "only), the model never saw more than micro_batch rows, and only one micro-batch's activations were "
             "alive at a time.")
@@ -546,7 +547,7 @@ q2 = Exercise("ep06.q2", _check_accumulation,
 # --- q3: choose how to fit a step in memory --------------------------------------------------
 
 _CHOOSE_CASES = [
-    ("a T4 (15 GiB): the plain step does not fit", 15 * GIB, {
+    ("15 GiB (about a T4): the plain step does not fit", 15 * GIB, {
         "batch 512": (17.2e9, 0.80, 512),
         "batch 512, checkpointing": (9.1e9, 1.05, 512),
         "batch 256 × 2, accumulation": (9.4e9, 0.92, 512),

@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from gpucourse.atomic import save_atomic
+from gpucourse.atomic import save_atomic, writable_folder
 
 
 def make_data(n_samples: int, n_features: int = 16, seed: int = 0) -> TensorDataset:
@@ -73,19 +73,6 @@ def parse_args(argv=None):
         p.error(f"--samples {args.samples} is less than one global batch ({args.global_batch}): no full step to "
                 "train; use more samples or a smaller --global-batch")
     return args
-
-
-def writable_folder(folder: Path) -> Path:
-    """Create ``folder`` and check that files can be written there, before any training starts."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise SystemExit(f"error: --out {folder} is not a folder this process can write to "
-                         f"({exc.strerror}): choose another --out.") from None
-    return folder
 
 
 def pick_device(local_rank: int, local_world_size: int = 1) -> tuple[torch.device, str]:

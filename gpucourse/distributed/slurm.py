@@ -20,7 +20,7 @@ SBATCH = r"""#!/bin/bash
 
 module load python                   # or: source /path/to/venv/bin/activate
 set -euo pipefail
-export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"   # srun does not inherit --cpus-per-task since Slurm 22.05
+export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"   # srun did not inherit --cpus-per-task in Slurm 22.05-23.02
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 port=$((20000 + SLURM_JOB_ID % 20000))             # a port per job: no clash on a shared node
 

@@ -52,7 +52,7 @@ def explain_port_clash(tf, config: dict):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    from gpucourse.distributed.ddp_train import save_atomic, writable_folder
+    from gpucourse.atomic import save_atomic, writable_folder      # torch-free: this worker loads TensorFlow only
 
     writable_folder(args.out)              # before the workers connect: fail at once, not after training
     from gpucourse.frameworks import import_tensorflow
