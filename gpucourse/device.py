@@ -78,7 +78,9 @@ def torch_report() -> FrameworkReport:
             )
     elif getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         rep.note = "Apple-silicon GPU available as device 'mps' (not CUDA)"
-    elif rep.cuda is None:
+    elif hasattr(torch, "xpu") and torch.xpu.is_available():
+        rep.note = f"Intel GPU available as device 'xpu' (not CUDA): {torch.xpu.get_device_name(0)}"
+    elif rep.cuda is None and not getattr(torch.version, "xpu", None):
         rep.note = "this is a CPU-only build of PyTorch"
     return rep
 
@@ -159,6 +161,19 @@ def in_kaggle() -> bool:
     return "KAGGLE_KERNEL_RUN_TYPE" in os.environ
 
 
+def other_gpu() -> str | None:
+    """The device name of a usable GPU that is not a CUDA one ('mps' on Apple silicon, 'xpu' on Intel), or None."""
+    if not _installed("torch"):
+        return None
+    import torch
+
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return "xpu"
+    return None
+
+
 def no_gpu_banner() -> str:
     """The message shown when no framework sees a GPU: how to get one here, and what to do if none is free."""
     if in_colab():
@@ -192,7 +207,7 @@ def format_report(reports: list[FrameworkReport]) -> str:
             )
         if rep.note:
             lines.append(f"  note: {rep.note}")
-    if not any(rep.gpu_count for rep in reports):
+    if not any(rep.gpu_count for rep in reports) and not other_gpu():
         lines.append("")
         lines.append(no_gpu_banner())
     return "\n".join(lines)
@@ -215,6 +230,8 @@ def backend() -> str:
         build = f"ROCm/HIP {torch.version.hip} (AMD GPUs, still named 'cuda' devices)"
     elif torch.version.cuda:
         build = f"CUDA {torch.version.cuda} (NVIDIA GPUs)"
+    elif getattr(torch.version, "xpu", None):
+        build = f"Intel XPU {torch.version.xpu} (Intel GPUs, 'xpu' devices)"
     else:
         build = "no CUDA or ROCm (a CPU-only build)"
     usable = [name for name, ok in (

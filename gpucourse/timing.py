@@ -63,6 +63,10 @@ def synchronizer(device) -> Callable[[], None]:
         import torch
 
         return torch.mps.synchronize
+    if name.startswith("xpu"):
+        import torch
+
+        return torch.xpu.synchronize
     if "gpu" in name:
         import tensorflow as tf
 
@@ -70,7 +74,7 @@ def synchronizer(device) -> Callable[[], None]:
     if "cpu" in name:
         return lambda: None
     raise ValueError(
-        f"Don't know how to wait for device {device!r}; use e.g. 'cpu', 'cuda:0', 'mps' or '/GPU:0'."
+        f"Don't know how to wait for device {device!r}; use e.g. 'cpu', 'cuda:0', 'mps', 'xpu' or '/GPU:0'."
     )
 
 

@@ -134,3 +134,28 @@ def test_the_datasheet_table_marks_the_learners_gpu(name, marked):
     assert [line.split("  ")[1].strip() for line in arrows] == ([marked] if marked else [])
     assert any("Tesla T4" in line for line in lines) and len(lines) >= 9
     assert ("not in the table" in lines[-1]) == (name is not None and marked is None)
+
+
+@pytest.mark.parametrize("backend", ["mps", "xpu"])
+def test_an_apple_or_intel_gpu_is_not_reported_as_no_gpu(monkeypatch, backend):
+    """torch's own availability checks say so; the report names the device instead of the no-GPU banner."""
+    import torch
+
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: backend == "mps")
+    if backend == "xpu":
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: True)
+        monkeypatch.setattr(torch.xpu, "get_device_name", lambda index=0: "Intel(R) Arc(TM) A770 Graphics")
+    assert device.other_gpu() == backend
+    rep = device.torch_report()
+    assert f"device '{backend}'" in rep.note and "CPU-only" not in rep.note
+    assert "NO GPU FOUND" not in device.format_report([rep])
+    assert f"usable devices: {backend}" in device.backend()
+
+
+def test_without_any_gpu_the_banner_stays(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    assert device.other_gpu() is None
+    assert "NO GPU FOUND" in device.format_report([device.torch_report()])

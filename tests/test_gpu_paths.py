@@ -200,11 +200,26 @@ def test_a_measured_band_of_a_negative_figure_is_not_inverted(records_dir):
     ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM"), ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB"),
     ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 40GB"),
     ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"), ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"),
-    ("NVIDIA H100 NVL", "NVIDIA H100 NVL"), ("NVIDIA H200", "NVIDIA H200"), ("NVIDIA H200 NVL", "NVIDIA H200"),
+    ("NVIDIA H100 NVL", "NVIDIA H100 NVL"), ("NVIDIA H200", "NVIDIA H200"), ("NVIDIA H200 NVL", "NVIDIA H200 NVL"),
+    ("NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe"), ("Tesla V100-PCIE-16GB", "Tesla V100 PCIe"),
+    ("Tesla V100-PCIE-32GB", "Tesla V100 PCIe"), ("Tesla V100-SXM2-32GB", "Tesla V100 SXM2"),
     ("NVIDIA GH200 480GB", "NVIDIA GH200"), ("NVIDIA L40S", None), ("NVIDIA GeForce RTX 4090", None),
 ])
 def test_every_gpu_name_finds_its_own_datasheet(name, model):
     assert reference.gpu_model(name)[0] == model
+
+
+def test_a_variant_is_judged_by_its_own_datasheet():
+    """An A100 80GB PCIe has 1,935 GB/s, not the SXM's 2,039; an H200 NVL 60 TFLOP/s FP32, not 67."""
+    assert reference.band("ep01.bandwidth_gbs", "NVIDIA A100 80GB PCIe").high == pytest.approx(0.92 * 1935)
+    assert reference.band("ep01.matmul_fp32_tflops", "NVIDIA H200 NVL").high == pytest.approx(0.95 * 60)
+    assert reference.band("ep01.matmul_fp32_tflops", "Tesla V100-PCIE-16GB").high == pytest.approx(0.95 * 14)
+
+
+def test_a_t4s_power_cap_and_ecc_widen_its_bands_below():
+    assert reference.band("ep01.matmul_fp32_tflops", "Tesla T4").low == pytest.approx(0.45 * 8.1)
+    assert reference.band("ep01.bandwidth_gbs", "Tesla T4").low == pytest.approx(0.6 * 320)
+    assert reference.band("ep01.matmul_fp32_tflops", "NVIDIA L4").low == pytest.approx(0.6 * 30.3)
 
 
 def test_every_model_in_the_bands_file_matches_its_own_fake_name():

@@ -89,3 +89,9 @@ def test_bad_repeats():
 ])
 def test_crossover_is_where_the_gpu_wins_and_keeps_winning(cpu, gpu, expected):
     assert timing.crossover([100, 200, 400, 800], cpu, gpu) == expected
+
+
+def test_an_intel_gpu_is_waited_for_with_its_own_synchronize():
+    import torch
+
+    assert timing.synchronizer("xpu:0") is torch.xpu.synchronize

@@ -465,9 +465,10 @@ CLAIMS = {
                  "estimators and functions listed in its documentation."),
     "g": (True, "g is true: a + b does 1 FLOP per 12 bytes moved, far below any GPU's ridge point, so "
                 "memory bandwidth sets its speed."),
-    "h": (False, "h is false: no library spreads work over several GPUs by itself; PyTorch needs DDP or FSDP, "
-                 "TensorFlow a tf.distribute strategy, XGBoost and cuML a Dask (or Spark) cluster (the "
-                 "library table's last column)."),
+    "h": (False, "h is false: PyTorch uses one GPU unless you use DDP or FSDP, TensorFlow a tf.distribute "
+                 "strategy, XGBoost and cuML a Dask (or Spark) cluster (the library table's last column). Some "
+                 "higher-level libraries decide for you: Hugging Face's Trainer wraps the model in "
+                 "nn.DataParallel when it sees several GPUs."),
 }
 
 

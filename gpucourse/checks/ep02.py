@@ -33,7 +33,7 @@ GIB = 2**30
 
 #: (name, total_memory in bytes) as torch.cuda.get_device_properties reports them.
 T4 = ("Tesla T4", 15_828_320_256)                        # "16 GB" on the box: 14.7 GiB
-L4 = ("NVIDIA L4", 23_034_134_528)                       # 21.5 GiB
+L4 = ("NVIDIA L4", 23_580_639_232)                       # 22.0 GiB
 RTX4090 = ("NVIDIA GeForce RTX 4090", 25_393_692_672)    # 25.4 GB, but 23.6 GiB
 A100_40 = ("NVIDIA A100-SXM4-40GB", 42_505_273_344)      # 39.6 GiB
 A100_80 = ("NVIDIA A100 80GB PCIe", 85_100_249_088)      # 79.3 GiB

@@ -794,7 +794,7 @@ def _check_loader(host_loader, t_pageable, t_pinned):
     if torch.cuda.is_available():
         verdict = (f"Here pinned takes ×{ratio:.2f} the time of pageable. Below 1, pinning and non_blocking copies "
                    "saved more than the extra copy into pinned memory cost; above 1, the per-batch pinning in the "
-                   "main process cost more than it saved (loader worker processes pin in parallel).")
+                   "main process cost more than it saved (with num_workers > 0, a background thread in the main process pins batches while the loop trains).")
     else:
         verdict = (f"No GPU here, so both loaders are the same pageable loader: the ×{ratio:.2f} between them is "
                    "noise. Run this notebook on a GPU runtime to see what pinning does.")
