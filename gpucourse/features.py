@@ -7,11 +7,12 @@ helpers, and the notebook goes on.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
 __all__ = ["amp_dtype_for", "COMPILE_ERRORS", "compile_failure", "compute_mode", "gpu_is_exclusive",
-           "CUPTI_SHARED_NOTE"]
+           "CUPTI_SHARED_NOTE", "TF_SM120_FIXED_IN", "tf_gpu_problem", "tf_gpu_usable"]
 
 
 def amp_dtype_for(device):
@@ -57,7 +58,8 @@ def compile_failure(exc: BaseException) -> str:
         reason = ("Triton could not find a C compiler: it builds a small launcher with gcc or clang at first use, "
                   "on a GPU too (install gcc, or set CC)")
     elif "Capability" in text or "too old" in text:
-        reason = "this GPU is too old for Triton's code generator (it needs compute capability 7.0 or newer)"
+        reason = ("this GPU is too old for Triton's code generator: Triton supports compute capability 8.0+ "
+                  "(7.x works only partly)")
     elif "triton" in text.lower() and ("install" in text.lower() or "No module" in text):
         reason = "Triton is not installed (pip install triton; it comes with Linux CUDA builds of PyTorch)"
     elif "Cxx" in text or "C++" in text or "cl.exe" in text or "g++" in text:
@@ -93,3 +95,53 @@ CUPTI_SHARED_NOTE = ("CUPTI, the library GPU profilers read kernels through, tak
                      "PyTorch's profiler has already used it in this kernel, so TensorFlow's trace may have no "
                      "GPU kernels (TensorFlow ignores the error). For a complete Keras trace, profile it in a "
                      "fresh runtime before any PyTorch profile.")
+
+
+# TensorFlow's pip builds before 2.21 cannot run on Blackwell workstation GPUs (sm_120: Colab's G4,
+# RTX PRO 6000, RTX 50-series): ordinary kernels fail with CUDA_ERROR_INVALID_PTX
+# (tensorflow/tensorflow#99592, #101746, #103531) and XLA aborts the whole process with "PTX version
+# 8.5 does not support target 'sm_120'" (#111958, fixed for 2.21.0).
+TF_SM120_FIXED_IN = (2, 21)
+
+
+def _version_tuple(version: str) -> tuple:
+    """``(major, minor)`` of a version such as "2.20.0" or "2.21.0-rc1"."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if found is None:
+        raise ValueError(f"cannot read a version number from {version!r}; expected e.g. '2.20.0'.")
+    return int(found[1]), int(found[2])
+
+
+def tf_gpu_problem(tf) -> str | None:
+    """Why this TensorFlow cannot run on the GPUs it lists, or None where it can.
+
+    Asked before TensorFlow's runtime starts (once it has started, the GPUs it uses can no longer
+    be hidden): ``list_physical_devices`` and ``get_device_details`` read the driver's answers
+    without starting it.
+
+    Parameters
+    ----------
+    tf : module
+        The imported ``tensorflow`` module.
+
+    Returns
+    -------
+    str or None
+        A clause naming the TensorFlow version, the GPU and its architecture, or None.
+    """
+    if _version_tuple(tf.__version__) >= TF_SM120_FIXED_IN:
+        return None
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        major, minor = details.get("compute_capability") or (0, 0)
+        if major >= 12:
+            name = details.get("device_name") or gpu.name
+            fixed = ".".join(map(str, TF_SM120_FIXED_IN))
+            return (f"TensorFlow {tf.__version__} cannot run on this GPU's sm_{major}{minor} "
+                    f"({name}; fixed in TensorFlow {fixed})")
+    return None
+
+
+def tf_gpu_usable(tf) -> bool:
+    """True unless ``tf_gpu_problem`` finds a GPU this TensorFlow cannot run on."""
+    return tf_gpu_problem(tf) is None

@@ -12,13 +12,34 @@ TensorFlow (Colab's, or ``tensorflow[and-cuda]``) logs "failed call to cuInit"
 as an error the first time it looks for a GPU on a machine that has none. The
 list does not start TensorFlow's runtime, so memory growth can still be set
 afterwards.
+
+Three more things happen on the way, so that every episode gets them:
+
+* Triton is imported first where it is installed (Linux CUDA builds of PyTorch bring it).
+  With TensorFlow 2.21 imported first, a later ``import triton`` kills the process (a
+  segmentation fault), and PyTorch imports Triton when it builds its first optimizer
+  (``torch._dynamo``). The other order works.
+* A GPU this TensorFlow cannot run on (``features.tf_gpu_problem``: TensorFlow before 2.21 on
+  Blackwell's sm_120) is hidden from it before its runtime starts, with one printed sentence;
+  TensorFlow then runs on the CPU and PyTorch keeps the GPU. ``tensorflow_gpus`` lists what is
+  left.
+* ``import_tensorflow(optional=True)`` returns None, with one printed sentence, where TensorFlow
+  is not installed (a PyTorch-only GPU node or cluster): an episode guards its TensorFlow cells
+  with ``HAS_TF = tf is not None`` and runs all its PyTorch cells.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
+
+#: Why TensorFlow's GPUs were hidden from it in this process (None: they were not).
+_hidden_because: str | None = None
+
+MISSING_TENSORFLOW = ("TensorFlow is not installed here, so this episode's TensorFlow cells say so and "
+                      "skip; every PyTorch cell runs.")
 
 
 @contextlib.contextmanager
@@ -39,17 +60,75 @@ def _stderr_fd_silenced():
         os.close(devnull)
 
 
-def import_tensorflow():
-    """``import tensorflow as tf``, minus the C++ start-up log lines.
+def import_triton_first() -> bool:
+    """Import Triton before TensorFlow, where it is installed and the order is still open.
 
     Returns
     -------
-    module
-        The ``tensorflow`` module.
+    bool
+        True when Triton is imported now (or already was), False when it is not installed or
+        TensorFlow came first (then importing Triton here would end the process).
+    """
+    if "triton" in sys.modules:
+        return True
+    if "tensorflow" in sys.modules or importlib.util.find_spec("triton") is None:
+        return False
+    try:
+        import triton  # noqa: F401  (only its import order matters)
+    except Exception:        # a broken Triton must not stop TensorFlow; torch reports it where used
+        return False
+    return True
+
+
+def _hide_gpus_tensorflow_cannot_use(tf) -> None:
+    """Hide the GPUs from TensorFlow where ``features.tf_gpu_problem`` finds one it cannot run on."""
+    global _hidden_because
+    from .features import tf_gpu_problem
+
+    problem = tf_gpu_problem(tf)
+    if problem is None or problem == _hidden_because:
+        return
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except RuntimeError:     # its runtime has started: the visible devices are fixed until restart
+        print(f"{problem}, and it has already started on the GPU in this process: restart the "
+              "runtime and import TensorFlow with import_tensorflow() before anything uses it.")
+        return
+    _hidden_because = problem
+    print(f"{problem}, so it runs on the CPU here; PyTorch keeps the GPU.")
+
+
+def tensorflow_gpus(tf) -> list:
+    """The GPUs TensorFlow may use: ``tf.config.list_physical_devices("GPU")``, or none where
+    ``import_tensorflow`` hid them because this TensorFlow cannot run on them."""
+    return [] if _hidden_because else tf.config.list_physical_devices("GPU")
+
+
+def import_tensorflow(optional: bool = False):
+    """``import tensorflow as tf``, minus the C++ start-up log lines, in a safe order.
+
+    Parameters
+    ----------
+    optional : bool
+        Return None, printing ``MISSING_TENSORFLOW``, where TensorFlow is not installed,
+        instead of raising ``ModuleNotFoundError``.
+
+    Returns
+    -------
+    module or None
+        The ``tensorflow`` module (None only with ``optional=True``).
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with _stderr_fd_silenced():
-        import tensorflow as tf
+    import_triton_first()
+    try:
+        with _stderr_fd_silenced():
+            import tensorflow as tf
 
-        tf.config.list_physical_devices("GPU")
+            tf.config.list_physical_devices("GPU")
+    except ModuleNotFoundError as exc:
+        if not optional or exc.name != "tensorflow":
+            raise
+        print(MISSING_TENSORFLOW)
+        return None
+    _hide_gpus_tensorflow_cannot_use(tf)
     return tf

@@ -88,10 +88,10 @@ def halving_search(tf, where, gpus, report):
 def main(argv=None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     growth, search = argv[0] == "growth-on", "search" in argv[1:]
-    from gpucourse.frameworks import import_tensorflow
+    from gpucourse.frameworks import import_tensorflow, tensorflow_gpus
 
     tf = import_tensorflow()              # `import tensorflow as tf`, quietly; lists the GPUs, starts nothing
-    gpus = tf.config.list_physical_devices("GPU")[:1]
+    gpus = tensorflow_gpus(tf)[:1]        # none where this TensorFlow cannot run on the GPU (sm_120)
     if gpus:
         tf.config.set_visible_devices(gpus, "GPU")
         tf.config.experimental.set_memory_growth(gpus[0], growth)    # before TensorFlow uses the GPU
