@@ -71,6 +71,11 @@ Q1_WRONG = {
     "text": (lambda config, tokens, batch, dtype: "1 GB", ["should be a number"]),
     "half a byte": (lambda config, tokens, batch, dtype: kv_cache_bytes(config, tokens, batch, dtype) + 0.5,
                     ["whole number"]),
+    # on the small model 3 query heads per KV head × head_dim 32 = hidden_size 96: the group size must still be
+    # named, not hidden_size
+    "the group size for the KV heads": (
+        lambda config, tokens, batch, dtype: 2 * config.num_hidden_layers * config.head_dim * size_of(dtype)
+        * (config.num_attention_heads // config.num_key_value_heads) * tokens * batch, ["group"]),
 }
 
 
@@ -148,11 +153,13 @@ def max_context(config, dtype, memory_bytes, batch):
     return max(0, (memory_bytes - weights) // (per_token * batch))
 
 
-def context_variant(weights=True, batch=True, factor=2, heads="kv", rounding=math.floor, clamp=True):
+def context_variant(weights=True, batch=True, factor=2, heads="kv", rounding=math.floor, clamp=True,
+                    head_dim="config"):
     def fn(config, dtype, memory_bytes, b):
         size = size_of(dtype)
         h = config.num_key_value_heads if heads == "kv" else config.num_attention_heads
-        per_token = factor * config.num_hidden_layers * h * config.head_dim * size
+        d = config.head_dim if head_dim == "config" else config.hidden_size // config.num_attention_heads
+        per_token = factor * config.num_hidden_layers * h * d * size
         room = memory_bytes - (llm.count_parameters(config) * size if weights else 0)
         value = rounding(room / (per_token * (b if batch else 1)))
         return max(0, value) if clamp else value
@@ -166,8 +173,10 @@ Q3_WRONG = {
     "forgot the 2": (context_variant(factor=1), ["keys and values"]),
     "query heads": (context_variant(heads="q"), ["query heads"]),
     "negative when the weights do not fit": (context_variant(clamp=False), ["return 0"]),
+    "negative, truncated with int()": (context_variant(clamp=False, rounding=int), ["return 0"]),
     "a float with a fraction": (lambda *args: max_context(*args) + 0.25, ["whole number"]),
     "a constant": (lambda config, dtype, memory_bytes, batch: 4096, ["for every case"]),
+    "head dim from hidden_size // heads": (context_variant(head_dim="derived"), ["config.head_dim"]),
 }
 
 
@@ -205,9 +214,12 @@ def lora_from_modules(config, r, targets):
                if name.split(".")[-1] in targets)
 
 
-def lora_variant(rule, gqa=True, layers=True):
+def lora_variant(rule, gqa=True, layers=True, attention="heads"):
     def fn(config, r, targets):
         s = shapes(config)
+        if attention == "hidden":
+            h = config.hidden_size
+            s = dict(s, q_proj=(h, h), o_proj=(h, h))
         if not gqa:
             s = {k: (i, config.hidden_size if k in ("k_proj", "v_proj") else o) for k, (i, o) in s.items()}
         return (config.num_hidden_layers if layers else 1) * sum(rule(*s[t], r) for t in targets)
@@ -225,7 +237,15 @@ Q4_WRONG = {
     "base weights counted": (lambda config, r, targets: lora_trainable(config, r, targets)
                              + lora_variant(lambda i, o, r: i * o)(config, r, targets), ["frozen base weights"]),
     "a constant": (lambda config, r, targets: 30720, ["for every case"]),
+    # q_proj and o_proj sized hidden_size -> hidden_size: passes while heads × head_dim = hidden_size everywhere
+    "q and o by hidden_size": (lora_variant(lambda i, o, r: r * (i + o), attention="hidden"),
+                               ["q_proj", "num_attention_heads × head_dim"]),
 }
+
+
+def test_q4_fixtures_separate_the_query_width_from_hidden_size():
+    """Some model of the check has num_attention_heads × head_dim != hidden_size."""
+    assert any(c.num_attention_heads * c.head_dim != c.hidden_size for _, c, _, _ in ep10._q4_cases())
 
 
 def test_q4_right_answers_pass_and_stub_is_not_done():

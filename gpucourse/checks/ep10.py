@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from ..exercises import Exercise, NotDone, Wrong, as_number, call_answer, require_function, solution_link
+from .diagnosis import best_fit
 
 NOTEBOOK = "10-language-model.ipynb"
 GIB, MIB = 2**30, 2**20
@@ -31,7 +32,11 @@ def _same(got: float, value: float, whole: bool = False) -> bool:
 
 
 def _judge(results, alternatives, what_fn, unit: str, *, whole: bool):
-    """``results``: (case, got, expected); ``alternatives(case)``: {message: value}. Raise Wrong or return."""
+    """``results``: (case, got, expected); ``alternatives(case)``: {message: value}. Raise Wrong or return.
+
+    The mistake named is the one that gives the learner's numbers on the most of the cases they got
+    wrong (see ``diagnosis.best_fit``), not whatever happens to match on the first of them.
+    """
     wrong = [r for r in results if not _same(r[1], r[2], whole)]
     if not wrong:
         return
@@ -42,12 +47,16 @@ def _judge(results, alternatives, what_fn, unit: str, *, whole: bool):
     for message in alternatives(results[0][0]):
         if all(_same(got, alternatives(case)[message], whole) for case, got, _ in results):
             raise Wrong(message)
-    case, got, expected = wrong[0]
     right_on = len(results) - len(wrong)
     where = f" (right for {right_on} of the {len(results)} cases)" if right_on else ""
-    for message, value in alternatives(case).items():
-        if _same(got, value, whole):
-            raise Wrong(f"{what_fn(case)} returned {got:,.6g}{where}: {message}")
+    fit = best_fit(wrong, lambda r: r[1], lambda r: alternatives(r[0]), lambda got, v: _same(got, v, whole))
+    if fit:
+        message, explained, _ = fit
+        case, got, _ = next(r for r in wrong if _same(r[1], alternatives(r[0])[message], whole))
+        also = f" (this mistake gives your numbers on {explained} of the {len(wrong)} cases you got wrong)" \
+            if explained < len(wrong) else ""
+        raise Wrong(f"{what_fn(case)} returned {got:,.6g}{where}: {message}{also}")
+    case, got, expected = wrong[0]
     if whole and not float(got).is_integer():
         raise Wrong(f"{what_fn(case)} returned {got!r}; it should be a whole number of {unit} "
                     f"(expected {expected:,.0f}).")
@@ -88,9 +97,13 @@ def _kv_mistakes(config, tokens, batch, dtype) -> dict:
             _kv_bytes(config, tokens, batch, dtype, factor=1),
         "you used the query heads (num_attention_heads); with grouped-query attention the cache has only "
         "num_key_value_heads heads.": _kv_bytes(config, tokens, batch, dtype, kv_heads=config.num_attention_heads),
-        "you used hidden_size per layer, which is query heads × head dim; the cache stores num_key_value_heads "
-        "× head_dim values per token and layer.": _kv_bytes(config, tokens, batch, dtype, kv_heads=1,
-                                                              head_dim=config.hidden_size),
+        "you used hidden_size per layer; the cache stores num_key_value_heads × head_dim values per token and "
+        "layer, which hidden_size is not (it is not even query heads × head_dim in every model).":
+            _kv_bytes(config, tokens, batch, dtype, kv_heads=1, head_dim=config.hidden_size),
+        "you used num_attention_heads // num_key_value_heads, the group size (query heads that share one "
+        "key/value head); the cache holds num_key_value_heads heads per layer.":
+            _kv_bytes(config, tokens, batch, dtype,
+                      kv_heads=config.num_attention_heads // config.num_key_value_heads),
         "you computed the head dimension as hidden_size // num_attention_heads, but this configuration sets "
         "config.head_dim to something else: use config.head_dim.":
             _kv_bytes(config, tokens, batch, dtype, head_dim=config.hidden_size // config.num_attention_heads),
@@ -258,6 +271,10 @@ def _q3_cases():
         ("SmolLM2-135M in float32 within 1 GiB, batch 32", llama_config("SmolLM2-135M"), torch.float32, GIB, 32),
         ("Llama 2 7B in float32 on a T4 (16 GB), batch 1: the weights alone do not fit", llama_config("Llama-2-7B"),
          torch.float32, 16 * 10**9, 1),
+        # the one model here whose head_dim is not hidden_size // num_attention_heads (256, not 192)
+        ("a Gemma-7B-like model (28 layers, 16 heads and KV heads, head_dim 256) in bfloat16 on an L4 (24 GB), "
+         "batch 2", _config(hidden_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=16,
+                            head_dim=256, intermediate_size=24576, vocab_size=256000), torch.bfloat16, 24 * 10**9, 2),
     ]
 
 
@@ -286,8 +303,10 @@ def _q3_mistakes(case, params) -> dict:
         "you used the query heads; the cache keeps num_key_value_heads heads.":
             max(0, _max_context(config, dtype, memory_bytes, batch, params=params,
                                 per_token=per(kv_heads=config.num_attention_heads))),
-        "when the weights alone do not fit, no context fits: return 0, not a negative number.":
-            _max_context(config, dtype, memory_bytes, batch, params=params) if right == 0 else math.nan,
+        "you computed the head dimension as hidden_size // num_attention_heads; this configuration sets "
+        "config.head_dim to something else: use config.head_dim.":
+            max(0, _max_context(config, dtype, memory_bytes, batch, params=params,
+                                per_token=per(head_dim=config.hidden_size // config.num_attention_heads))),
     }
 
 
@@ -303,6 +322,9 @@ def _check_context(max_context):
         raw = call_answer(max_context, config, dtype, memory_bytes, batch, what=what)
         got = as_number(what, raw)
         expected = max(0, _max_context(config, dtype, memory_bytes, batch, params=params[description]))
+        if expected == 0 and got < 0:     # however it was rounded: math.floor, int() or //
+            raise Wrong(f"{what} returned {got:,.6g}: when the weights alone do not fit, no context fits: "
+                        "return 0, not a negative number.")
         results.append((case, got, expected))
     _judge(results, lambda c: _q3_mistakes(c, params[c[0]]),
            lambda c: f"max_context(config, {c[2]}, {c[3]:_}, {c[4]}) for {c[0]}", "tokens", whole=True)
@@ -333,8 +355,12 @@ def _shapes(config) -> dict:
             "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
 
 
-def _lora_formula(config, r, targets, *, rule=lambda i, o, r: r * (i + o), gqa=True, layers=None):
+def _lora_formula(config, r, targets, *, rule=lambda i, o, r: r * (i + o), gqa=True, layers=None,
+                  query_by_hidden=False):
     shapes = _shapes(config)
+    if query_by_hidden:
+        h = config.hidden_size
+        shapes = dict(shapes, q_proj=(h, h), o_proj=(h, h))
     if not gqa:
         shapes = {k: (i, config.hidden_size if k in ("k_proj", "v_proj") else o) for k, (i, o) in shapes.items()}
     layers = config.num_hidden_layers if layers is None else layers
@@ -346,11 +372,17 @@ def _q4_cases():
                    num_key_value_heads=2, head_dim=16)
     other = _config(vocab_size=128, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
                     num_key_value_heads=1, head_dim=8)
+    # heads × head_dim (4 × 16 = 64) is not hidden_size (40), as in Gemma: q_proj and o_proj sized by hidden_size
+    # are told apart from the right ones only here
+    wide = _config(vocab_size=128, hidden_size=40, intermediate_size=72, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=16)
     return [
         ("r=4 on q_proj and v_proj", tiny, 4, ["q_proj", "v_proj"]),
         ("r=8 on q, k, v and o", tiny, 8, ["q_proj", "k_proj", "v_proj", "o_proj"]),
         ("r=2 on the MLP (gate, up, down)", other, 2, ["gate_proj", "up_proj", "down_proj"]),
         ("r=16 on all seven linear layers", other, 16, list(LINEAR)),
+        ("r=4 on q, k, v and o of a model whose heads × head_dim (64) is not its hidden_size (40)", wide, 4,
+         ["q_proj", "k_proj", "v_proj", "o_proj"]),
     ]
 
 
@@ -378,6 +410,9 @@ def _q4_mistakes(case) -> dict:
             _lora_formula(config, r, targets, rule=lambda i, o, r: r * o),
         "you treated k_proj and v_proj as hidden_size → hidden_size; with grouped-query attention they map to "
         "num_key_value_heads × head_dim.": _lora_formula(config, r, targets, gqa=False),
+        "you sized q_proj and o_proj by hidden_size; q_proj maps hidden_size to num_attention_heads × head_dim "
+        "and o_proj maps that back, which is not hidden_size in every model.":
+            _lora_formula(config, r, targets, query_by_hidden=True),
         "the layers are missing: every decoder layer gets its own adapters.":
             _lora_formula(config, r, targets, layers=1),
         "you counted r × 2 × hidden_size for every target; the MLP layers have intermediate_size on one side.":
