@@ -7,6 +7,9 @@
   item after the notebook's last cell asserts the outcomes: every solution
   passes, every untouched stub is reported "not done". A check that cannot
   fail, or that crashes on a stub, is caught here.
+* Every kernel a test starts (nbval's, nbclient's) talks over IPC in a folder of its own
+  (:mod:`gpucourse._kernelstart`): no TCP port is chosen, so two test workers starting
+  kernels at the same moment cannot take each other's ports.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ os.environ.setdefault("GPUCOURSE_DATA", str(ROOT / "_build" / "test-data"))
 os.environ["GPUCOURSE_DATA"] = str(Path(os.path.expanduser(os.environ["GPUCOURSE_DATA"])).absolute())
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from gpucourse import _kernelstart  # noqa: E402 - after sys.path and the environment above
+
+_kernelstart.install()
 
 EXPECTED_OUTCOME = {"solutions": "correct", "exercises": "not-done"}
 
