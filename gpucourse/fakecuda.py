@@ -8,6 +8,12 @@ device properties, ``cudaMemGetInfo``), the CUDA version of the build, ``nvidia-
 ``get_device_properties`` …) stay real, so a call that would fail on a GPU — an index-less
 ``torch.device("cuda")`` where an index is required, a device beyond the count — fails here too.
 
+It reaches as far as a GPU machine's start-up: libraries that import CUDA-only entry points
+once ``torch.cuda._is_compiled()`` is True (``torch._dynamo``, transformers, peft) import, the
+stream entry points raising a clear error if called; ``torch.cuda.is_bf16_supported`` answers
+as each model does; ``nvidia-smi`` (``gpucourse/fakecuda_smi.py``) samples in a loop; and Python
+processes started inside the block see the same machine (``_fakecuda_site/sitecustomize.py``).
+
 The fake has no kernels: tensors cannot be created on ``"cuda"``. Instead its caching
 allocator is driven by hand (``gpu.allocate(nbytes)``, ``gpu.free(nbytes)``), with the real
 allocator's segment sizes, the per-process fraction and ``torch.OutOfMemoryError``.
@@ -36,18 +42,46 @@ MIB, GIB = 2**20, 2**30
 
 # What torch.cuda.get_device_properties reports for each model (names as the driver gives them;
 # memory is the usable total torch reports, e.g. Colab's T4: "14.74 GiB total capacity").
+# Multiprocessor counts are the datasheets' (A100 whitepaper: 108 SMs; H100 PCIe 114, SXM 132;
+# B200 148; RTX PRO 6000 Blackwell: 24,064 CUDA cores / 128 per SM = 188). The totals of the
+# newer models are torch's own print-outs (``_CudaDeviceProperties(... total_memory=97250MB``),
+# which give whole MiB: the bytes here are that count times 2**20, exact to under one MiB.
 MODELS = {
     "T4": dict(name="Tesla T4", total_memory=15_828_320_256, major=7, minor=5, multi_processor_count=40),
     "L4": dict(name="NVIDIA L4", total_memory=23_580_639_232, major=8, minor=9, multi_processor_count=58),
+    # deviceQuery on an A100-SXM4-40GB: "40339 MBytes (42298834944 bytes)", (108) Multiprocessors
+    # (bottlerocket-os/bottlerocket#3873)
+    "A100 40GB": dict(name="NVIDIA A100-SXM4-40GB", total_memory=42_298_834_944, major=8, minor=0,
+                      multi_processor_count=108),
     "A100": dict(name="NVIDIA A100-SXM4-80GB", total_memory=85_100_068_864, major=8, minor=0,
                  multi_processor_count=108),
     "H100": dict(name="NVIDIA H100 80GB HBM3", total_memory=85_031_714_816, major=9, minor=0,
                  multi_processor_count=132),
+    # torch: _CudaDeviceProperties(name='NVIDIA H100 PCIe', major=9, minor=0, total_memory=81008MB,
+    # multi_processor_count=114)
+    "H100 PCIe": dict(name="NVIDIA H100 PCIe", total_memory=81_008 * MIB, major=9, minor=0,
+                      multi_processor_count=114),
     "H100 NVL": dict(name="NVIDIA H100 NVL", total_memory=100_485_038_080, major=9, minor=0,
                      multi_processor_count=132),
+    # torch: name='NVIDIA H200', major=9, minor=0, total_memory=143156MB, multi_processor_count=132
+    # (the datasheet's 141 GB of HBM3e)
+    "H200": dict(name="NVIDIA H200", total_memory=143_156 * MIB, major=9, minor=0,
+                 multi_processor_count=132),
     "GH200": dict(name="NVIDIA GH200 480GB", total_memory=102_005_473_280, major=9, minor=0,
                   multi_processor_count=132),
+    # torch: name='NVIDIA B200', major=10, minor=0, total_memory=182642MB, multi_processor_count=148
+    # (pytorch/ao#4002 measures "Total Global Memory: 178.35 GB", the same in GiB)
+    "B200": dict(name="NVIDIA B200", total_memory=182_642 * MIB, major=10, minor=0,
+                 multi_processor_count=148),
+    # Colab's "G4" runtime. torch 2.7.1+cu128: name='NVIDIA RTX PRO 6000 Blackwell Server
+    # Edition', major=12, minor=0, total_memory=97250MB, multi_processor_count=188
+    "G4": dict(name="NVIDIA RTX PRO 6000 Blackwell Server Edition", total_memory=97_250 * MIB,
+               major=12, minor=0, multi_processor_count=188),
 }
+# The architectures a torch cu128 wheel is built for (torch.cuda.get_arch_list() of 2.7.1+cu128):
+# a device outside them would make torch warn at its first use, as on a real machine.
+ARCH_FLAGS = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 compute_120"
+DRIVER_VERSION = "570.00"    # what the fake nvidia-smi reports
 CONTEXT_BYTES = 300 * MIB   # what a CUDA context takes outside PyTorch's allocator (nvidia-smi sees it)
 
 # The caching allocator's sizes (c10/cuda/CUDACachingAllocator.cpp).
@@ -223,8 +257,9 @@ class FakeGPUs:
         if self.state_file is not None:
             rows = [dict(index=d.physical_index, name=d.name, uuid=d.uuid, total=d.total_memory, mode=self.compute_mode,
                          used=(CONTEXT_BYTES + d.reserved) if d.reserved else 0) for d in self.devices]
+            state = dict(driver_version=DRIVER_VERSION, cuda_version=self.cuda_version, gpus=rows)
             tmp = self.state_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(rows))
+            tmp.write_text(json.dumps(state))
             os.replace(tmp, self.state_file)
 
 
@@ -290,55 +325,148 @@ def _c_functions(gpus: FakeGPUs) -> dict:
         "_cuda_setMemoryFraction": set_fraction,
         "_cuda_getMemoryFraction": lambda index: gpus.device(index).fraction,
         "_cuda_emptyCache": gpus.empty_cache,
-        "_cuda_getArchFlags": lambda: "sm_75 sm_80 sm_86 sm_89 sm_90",
+        "_cuda_getArchFlags": lambda: ARCH_FLAGS,
     }
 
 
-_NVIDIA_SMI = r'''#!{python}
-"""A fake nvidia-smi: reads the fake runtime's state file; answers --query-gpu and -L."""
-import json, os, sys
-rows = json.load(open(os.environ["GPUCOURSE_FAKE_GPU_STATE"]))
-args = sys.argv[1:]
-def opt(name):
-    for i, a in enumerate(args):
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-        if a == name and i + 1 < len(args):
-            return args[i + 1]
-ids = opt("--id") or opt("-i")
-if ids is not None:
-    want = ids.split(",")
-    rows = [r for r in rows if str(r["index"]) in want or "GPU-" + r["uuid"] in want]
-    if not rows:
-        print("No devices were found"); sys.exit(6)
-if "-L" in args:
-    for r in rows:
-        print(f"GPU {{r['index']}}: {{r['name']}} (UUID: GPU-{{r['uuid']}})")
-    sys.exit(0)
-query = opt("--query-gpu")
-if query:
-    units = "nounits" not in (opt("--format") or "")
-    fields = {{"index": lambda r: r["index"], "name": lambda r: r["name"], "uuid": lambda r: "GPU-" + r["uuid"],
-              "memory.total": lambda r: f"{{r['total'] >> 20}}" + (" MiB" if units else ""),
-              "memory.used": lambda r: f"{{r['used'] >> 20}}" + (" MiB" if units else ""),
-              "memory.free": lambda r: f"{{(r['total'] - r['used']) >> 20}}" + (" MiB" if units else ""),
-              "compute_mode": lambda r: r["mode"],
-              "utilization.gpu": lambda r: "0" + (" %" if units else ""),
-              "utilization.memory": lambda r: "0" + (" %" if units else "")}}
-    names = [q.strip() for q in query.split(",")]
-    bad = [n for n in names if n not in fields]
-    if bad:
-        print(f'Field "{{bad[0]}}" is not a valid field to query.'); sys.exit(2)
-    for r in rows:
-        print(", ".join(str(fields[n](r)) for n in names))
-    sys.exit(0)
-print("+-----------------------------------------------------------------------------+")
-print("| NVIDIA-SMI 570.00       Driver Version: 570.00       CUDA Version: 12.8     |")
-for r in rows:
-    print(f"| {{r['index']}}  {{r['name']:<30}} {{r['used'] >> 20:>6}}MiB / {{r['total'] >> 20:>6}}MiB |")
-print("+-----------------------------------------------------------------------------+")
-'''
+# Entry points a CUDA build has and this CPU build lacks, which torch or a library imports as
+# soon as torch.cuda._is_compiled() is True (torch/_dynamo/device_interface.py imports
+# _cuda_getCurrentRawStream at module level; torch.cuda.current_stream() calls the others).
+# The fake has no streams: each stub raises when called, naming itself.
+NO_STREAMS = ("_cuda_getCurrentRawStream", "_cuda_getCurrentStream", "_cuda_getDefaultStream",
+              "_cuda_setStream")
 
+
+def _no_streams(name: str):
+    def stub(*args, **kwargs):
+        raise RuntimeError(f"torch._C.{name}: the fake CUDA runtime (gpucourse.fakecuda) has no streams "
+                           "or kernels; this call needs a real GPU. Test the code around it, or catch "
+                           "this error where a real GPU would not raise.")
+    stub.__name__ = name
+    return stub
+
+
+def _stream_stubs() -> dict:
+    import torch
+
+    return {name: _no_streams(name) for name in NO_STREAMS if not hasattr(torch._C, name)}
+
+
+def _nvidia_smi_script(folder: Path) -> Path:
+    """An ``nvidia-smi`` in ``folder`` that runs ``fakecuda_smi.py`` (no site, no PYTHON* variables)."""
+    exe = folder / "nvidia-smi"
+    script = Path(__file__).with_name("fakecuda_smi.py")
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S -E "{script}" "$@"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
+# --------------------------------------------------------------------------- child processes
+
+SITE_FOLDER = Path(__file__).with_name("_fakecuda_site")   # holds the sitecustomize.py children run
+SPEC_VARIABLE = "GPUCOURSE_FAKE_GPU"
+
+
+def machine_spec(model: str, count: int = 1, cuda_version: str = "12.8", compute_mode: str = "Default",
+                 tensorflow: bool = False) -> str:
+    """The text ``GPUCOURSE_FAKE_GPU`` holds for a machine: ``"T4x2"``, ``"H100;cuda=12.6"``, ..."""
+    text = model if count == 1 else f"{model}x{count}"
+    if cuda_version != "12.8":
+        text += f";cuda={cuda_version}"
+    if compute_mode != "Default":
+        text += f";mode={compute_mode}"
+    return text + (";tensorflow" if tensorflow else "")
+
+
+def parse_machine_spec(text: str) -> dict:
+    """``machine_spec``'s text back into ``fake_gpu``'s arguments.
+
+    >>> parse_machine_spec("T4x2;mode=Exclusive_Process")["count"]
+    2
+    """
+    first, *options = [part.strip() for part in text.split(";")]
+    model, count = first, 1
+    if first not in MODELS and "x" in first:
+        model, _, number = first.rpartition("x")
+        count = int(number) if number.isdigit() else -1
+    if model not in MODELS or count < 0:
+        raise ValueError(f"{SPEC_VARIABLE}={text!r} names no fake machine: write MODEL or MODELxCOUNT "
+                         f"(e.g. 'T4x2'), with MODEL one of {sorted(MODELS)}.")
+    args = dict(model=model, count=count, cuda_version="12.8", compute_mode="Default", tensorflow=False)
+    for item in options:
+        key, _, value = item.partition("=")
+        if key == "cuda":
+            args["cuda_version"] = value
+        elif key == "mode":
+            args["compute_mode"] = value
+        elif key == "tensorflow" and not value:
+            args["tensorflow"] = True
+        else:
+            raise ValueError(f"{SPEC_VARIABLE}={text!r}: unknown option {item!r}; the options are "
+                             "cuda=VERSION, mode=COMPUTE_MODE and tensorflow.")
+    return args
+
+
+class _AfterImport:
+    """A ``sys.meta_path`` finder that runs ``then()`` right after module ``name`` is imported."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)                  # find the real module with the other finders
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            loader_exec(module)
+            self.then()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+_installed: list = []    # the child's fake stays on until the process ends
+
+
+def install_on_import(text: str) -> None:
+    """Fake the machine ``text`` describes (``machine_spec``) as soon as torch is imported.
+
+    Called by ``_fakecuda_site/sitecustomize.py`` in each child of a ``fake_gpu`` block. The
+    child keeps the parent's ``nvidia-smi`` and its state file (both inherited), so that the
+    memory it shows is the parent's.
+    """
+    args = parse_machine_spec(text)
+    tensorflow = args.pop("tensorflow")
+
+    def install_torch():
+        context = _fake_machine(FakeGPUs(**args), nvidia_smi=False, tensorflow=False)
+        context.__enter__()
+        _installed.append(context)
+
+    def install_tensorflow():
+        context = _fake_tensorflow(FakeGPUs(**args), [])
+        context.__enter__()
+        _installed.append(context)
+
+    if "torch" in sys.modules:
+        install_torch()
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch", install_torch))
+    if tensorflow:
+        if "tensorflow" in sys.modules:
+            install_tensorflow()
+        else:
+            sys.meta_path.insert(0, _AfterImport("tensorflow", install_tensorflow))
+
+
+# --------------------------------------------------------------------------- the context manager
 
 @contextlib.contextmanager
 def _patched(obj, name, value, restore):
@@ -350,17 +478,20 @@ def _patched(obj, name, value, restore):
 
 
 _lock = threading.Lock()
+_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "PATH", "GPUCOURSE_FAKE_GPU_STATE", SPEC_VARIABLE, "PYTHONPATH")
 
 
 @contextlib.contextmanager
 def fake_gpu(model: str = "T4", count: int = 1, *, visible: str | None = None, cuda_version: str = "12.8",
-             nvidia_smi: bool = True, tensorflow: bool = False, compute_mode: str = "Default"):
+             nvidia_smi: bool = True, tensorflow: bool = False, compute_mode: str = "Default",
+             children: bool = True):
     """Make this process look like a machine with ``count`` GPUs of one ``model``.
 
     Parameters
     ----------
     model : str
-        One of ``MODELS``: "T4", "L4", "A100", "H100", "H100 NVL", "GH200".
+        One of ``MODELS``: "T4", "L4", "A100 40GB", "A100", "H100", "H100 PCIe", "H100 NVL",
+        "H200", "GH200", "B200", "G4".
     count : int
         Physical GPUs in the machine.
     visible : str, optional
@@ -371,41 +502,68 @@ def fake_gpu(model: str = "T4", count: int = 1, *, visible: str | None = None, c
         Also make ``tf.config.list_physical_devices("GPU")`` list the visible GPUs.
     compute_mode : str
         What ``nvidia-smi --query-gpu=compute_mode`` reports, e.g. "Exclusive_Process".
+    children : bool
+        Python processes started inside the block see the same machine (through
+        ``GPUCOURSE_FAKE_GPU`` and a ``sitecustomize`` put first on ``PYTHONPATH``).
 
     Yields
     ------
     FakeGPUs
         The runtime's state, with ``allocate``/``free`` to drive its allocator.
     """
-    import torch
-
     gpus = FakeGPUs(model, count, cuda_version, compute_mode)
-    restore: list = []
-    env_before = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "PATH", "GPUCOURSE_FAKE_GPU_STATE")}
-    tmp = tempfile.TemporaryDirectory(prefix="gpucourse-fakegpu-")
-    with _lock, contextlib.ExitStack() as stack:
-        try:
+    environment = {k: os.environ.get(k) for k in _ENVIRONMENT}
+    try:
+        with _lock:
             if visible is not None:
                 os.environ["CUDA_VISIBLE_DEVICES"] = visible
-            for name, fn in _c_functions(gpus).items():
+            if children:
+                os.environ[SPEC_VARIABLE] = machine_spec(model, count, cuda_version, compute_mode, tensorflow)
+                os.environ["PYTHONPATH"] = os.pathsep.join(
+                    [str(SITE_FOLDER)] + [p for p in [environment["PYTHONPATH"]] if p])
+            with _fake_machine(gpus, nvidia_smi=nvidia_smi, tensorflow=tensorflow):
+                yield gpus
+    finally:
+        for key, value in environment.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _fake_machine(gpus: FakeGPUs, *, nvidia_smi: bool, tensorflow: bool):
+    """Patch torch's lowest CUDA layer (and nvidia-smi, TensorFlow) for ``gpus``; undo it after."""
+    import torch
+
+    restore: list = []
+    path_before = os.environ.get("PATH")
+    state_before = os.environ.get("GPUCOURSE_FAKE_GPU_STATE")
+    tmp = tempfile.TemporaryDirectory(prefix="gpucourse-fakegpu-")
+    with contextlib.ExitStack() as stack:
+        try:
+            for name, fn in {**_stream_stubs(), **_c_functions(gpus)}.items():
                 stack.enter_context(_patched(torch._C, name, fn, restore))
             cuda = torch.cuda
             for name, value in (("_exchange_device", torch._C._cuda_exchangeDevice),
                                 ("_maybe_exchange_device", torch._C._cuda_maybeExchangeDevice),
                                 ("_cudart", _FakeCudart(gpus)),
                                 ("_device_count_nvml", lambda: -1),     # as without libnvidia-ml: ask CUDA
-                                ("default_generators", tuple(torch.Generator() for _ in range(count))),
+                                ("default_generators", tuple(torch.Generator() for _ in gpus.devices)),
+                                # a real GPU makes a bfloat16 tensor on any model (emulated before 8.0)
+                                ("_check_bf16_tensor_supported", lambda device: True),
                                 ("_initialized", False), ("_cached_device_count", None),
                                 ("_queued_calls", [])):
                 stack.enter_context(_patched(cuda, name, value, restore))
-            stack.enter_context(_patched(torch.version, "cuda", cuda_version, restore))
+            # bound at import by torch.cuda.graphs; no capture is ever under way without streams
+            stack.enter_context(_patched(cuda.graphs, "_cuda_isCurrentStreamCapturing", lambda: False,
+                                         restore))
+            stack.enter_context(_patched(torch.version, "cuda", gpus.cuda_version, restore))
             if nvidia_smi:
                 gpus.state_file = Path(tmp.name) / "state.json"
                 gpus._write_state()
-                exe = Path(tmp.name) / "nvidia-smi"
-                exe.write_text(_NVIDIA_SMI.format(python=sys.executable))
-                exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-                os.environ["PATH"] = f"{tmp.name}{os.pathsep}{os.environ.get('PATH', '')}"
+                _nvidia_smi_script(Path(tmp.name))
+                os.environ["PATH"] = f"{tmp.name}{os.pathsep}{path_before or ''}"
                 os.environ["GPUCOURSE_FAKE_GPU_STATE"] = str(gpus.state_file)
             if tensorflow:
                 stack.enter_context(_fake_tensorflow(gpus, restore))
@@ -418,7 +576,7 @@ def fake_gpu(model: str = "T4", count: int = 1, *, visible: str | None = None, c
                     delattr(obj, name)
             if hasattr(torch.cuda, "_get_device_properties") and not hasattr(torch._C, "_cuda_init"):
                 del torch.cuda._get_device_properties
-            for key, value in env_before.items():
+            for key, value in (("PATH", path_before), ("GPUCOURSE_FAKE_GPU_STATE", state_before)):
                 if value is None:
                     os.environ.pop(key, None)
                 else:
@@ -452,4 +610,5 @@ def _fake_tensorflow(gpus: FakeGPUs, restore: list):
         yield
 
 
-__all__ = ["MODELS", "FakeGPUs", "fake_gpu", "round_size", "segment_size"]
+__all__ = ["MODELS", "FakeGPUs", "fake_gpu", "install_on_import", "machine_spec", "parse_machine_spec",
+           "round_size", "segment_size"]

@@ -68,6 +68,7 @@ class Monitor:
         self._stop = threading.Event()
         self._thread = None
         self._proc = None
+        self._first_unparsed = None   # nvidia-smi's first line that is not a sample
         kind = getattr(device, "type", str(device or "cpu")).split(":")[0]
         self.gpu = kind == "cuda" and shutil.which("nvidia-smi") is not None
         if kind == "cuda" and not self.gpu:
@@ -108,7 +109,7 @@ class Monitor:
             errors = self._errors.read().strip()
             self._errors.close()
             if not self.times:
-                print(f"(nvidia-smi gave no samples: {errors.splitlines()[0] if errors else 'no output'}; "
+                print(f"(nvidia-smi gave no samples: {self._why_no_samples(errors)}; "
                       f"the command was: {' '.join(self._smi_command())})")
         return self
 
@@ -134,10 +135,17 @@ class Monitor:
                 command += ["-i", str(index)]
         return command
 
+    def _why_no_samples(self, errors: str) -> str:
+        """nvidia-smi's own explanation: it prints most of them on stdout, some on stderr."""
+        said = [text for text in (self._first_unparsed, errors.splitlines()[0] if errors else None) if text]
+        return "; ".join(said) if said else "no output"
+
     def _read_smi(self) -> None:
         for line in self._proc.stdout:
             parsed = parse_smi_line(line)
             if parsed is None:
+                if self._first_unparsed is None and line.strip():
+                    self._first_unparsed = line.strip()   # e.g. 'Field "x" is not a valid field to query.'
                 continue
             stamp, util, memory = parsed
             self._append((stamp - self._wall0).total_seconds(), util, memory)

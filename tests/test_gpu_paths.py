@@ -222,9 +222,14 @@ def test_a_t4s_power_cap_and_ecc_widen_its_bands_below():
     assert reference.band("ep01.matmul_fp32_tflops", "NVIDIA L4").low == pytest.approx(0.6 * 30.3)
 
 
+# Fake models the bands file has no datasheet row for (yet): the course says "no expected band".
+WITHOUT_BANDS = {"B200", "G4"}
+
+
 def test_every_model_in_the_bands_file_matches_its_own_fake_name():
     for key, spec in MODELS.items():
-        assert reference.gpu_model(spec["name"])[0] is not None, key
+        found = reference.gpu_model(spec["name"])[0]
+        assert (found is None) == (key in WITHOUT_BANDS), (key, found)
 
 
 def test_a_gh200_gets_no_pcie_band_for_its_nvlink_copies(records_dir):

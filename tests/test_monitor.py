@@ -84,3 +84,31 @@ def test_a_failing_nvidia_smi_is_explained(tmp_path, monkeypatch, capsys):
     assert mon.times == [] and mon.util == []
     out = capsys.readouterr().out
     assert "nvidia-smi gave no samples: No devices were found" in out and "--query-gpu" in out
+
+
+def test_the_monitor_samples_a_fake_gpu():
+    """The fake runtime's nvidia-smi loops with -lms, as the monitor calls it, and names the GPU by UUID."""
+    from gpucourse.fakecuda import CONTEXT_BYTES, fake_gpu
+
+    with fake_gpu("T4", 2) as gpu:
+        torch.cuda.set_device(1)
+        gpu.allocate(100 * 2**20, device=1)
+        with monitor.Monitor(torch.device("cuda", 1), interval_s=0.05) as mon:
+            _until(lambda: len(mon.times) >= 3)
+        assert "-i" in mon._smi_command() and mon._smi_command()[-1].startswith("GPU-")
+    assert mon.gpu and len(mon.times) >= 3 and mon.times == sorted(mon.times)
+    assert set(mon.memory_mib) == {float((CONTEXT_BYTES + 100 * 2**20) >> 20)}   # GPU 1's, not GPU 0's
+    assert mon._proc.poll() is not None
+
+
+def test_nvidia_smis_own_explanation_on_stdout_is_shown(monkeypatch, capsys):
+    """G4-8: nvidia-smi refuses a field on stdout; the message must carry its words, not 'no output'."""
+    from gpucourse.fakecuda import fake_gpu
+
+    monkeypatch.setattr(monitor, "QUERY", "timestamp,utilization.gpu,memory.usedd")
+    with fake_gpu("H100"):
+        with monitor.Monitor(torch.device("cuda", 0), interval_s=0.05) as mon:
+            mon._proc.wait(timeout=30)
+    out = capsys.readouterr().out
+    assert mon.times == []
+    assert 'nvidia-smi gave no samples: Field "memory.usedd" is not a valid field to query.' in out
