@@ -25,7 +25,7 @@ NOTEBOOK_TESTS := -p no:cacheprovider -n 2 --dist loadfile --nbval-lax
 # A runtime named wrong stops here, before anything is built.
 _ := $(if $(wildcard $(COLAB_CONSTRAINTS)),,$(if $(filter test-colab,$(MAKECMDGOALS)),$(error RUNTIME=$(RUNTIME): there is no $(COLAB_CONSTRAINTS); the runtimes are: $(patsubst colab/%/constraints.txt,%,$(wildcard colab/*/constraints.txt))))))
 
-.PHONY: install lab browser book test test-colab gpu-check lint exercises sync clean help
+.PHONY: install lab browser book test test-colab gpu-check gpu-bundle lint exercises sync clean help
 
 help:
 	@echo "make install    create .venv and install the pinned requirements"
@@ -35,6 +35,8 @@ help:
 	@echo "make test-colab run every notebook with the versions of Colab's default runtime (.venv-colab-current)"
 	@echo "                RUNTIME=previous: the same with Colab's previous runtime (.venv-colab-previous)"
 	@echo "make gpu-check  run every episode at this machine's size; write gpucourse/references/<device>.json"
+	@echo "                GPU_CHECK_ARGS=\"--plan\", \"--chunk 1/2\", \"--quick\": chunks of <= 9 min, a smoke pass"
+	@echo "make gpu-bundle wheels gpu-check needs on a GPU node without internet (BUNDLE_PYTHON=3.12)"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make sync       point Colab and Kaggle badges and setup cells at the repo in _config.yml"
 	@echo "make lint       check exercises/ and notebook links are up to date"
@@ -78,10 +80,18 @@ test-colab: $(COLAB_STAMP)
 	$(COLAB_VENV)/bin/python tools/colab_install_check.py install
 	$(QUICK) $(COLAB_VENV)/bin/python -m pytest $(NOTEBOOK_TESTS) episodes solutions exercises
 
-# On a GPU machine without the network (no .venv can be made), the system Python is used.
+# On a GPU machine without the network (no .venv can be made), the system Python is used;
+# the notebook runner then comes from gpu-bundle/ (CONTRIBUTING.md, "GPU reference runs").
+# GPU_CHECK_ARGS are passed on, e.g. GPU_CHECK_ARGS="--chunk 1/2" or "--quick" or "--plan".
 GPU_CHECK_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 gpu-check:
-	$(GPU_CHECK_PYTHON) tools/gpu_check.py
+	$(GPU_CHECK_PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
+
+# The wheels gpu-check needs on a node with only Python and torch (list: tools/gpu-bundle.txt),
+# for BUNDLE_PYTHON (default: the version of the Python that runs the tool); needs PyPI.
+BUNDLE_PYTHON ?=
+gpu-bundle:
+	$(GPU_CHECK_PYTHON) tools/gpu_bundle.py $(if $(BUNDLE_PYTHON),--python $(BUNDLE_PYTHON))
 
 lint: $(STAMP)
 	$(PY) tools/make_exercises.py --check
