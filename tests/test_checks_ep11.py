@@ -233,7 +233,56 @@ def saves_nothing(state, path):
     pass
 
 
+def delete_if_there(state, path):        # the first save has nothing to delete: only a later one shows it
+    tmp = Path(str(path) + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    if Path(path).exists():
+        os.remove(path)
+    os.rename(tmp, path)
+
+
+def syncs_the_folder_only(state, path):  # the rename's folder on disk, the data of the file not
+    tmp = Path(str(path) + ".tmp")
+    torch.save(state, tmp)
+    folder = os.open(Path(path).parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    os.replace(tmp, path)
+
+
+def syncs_another_file(state, path):     # fsyncs a file, but not the one it renames
+    import tempfile
+    tmp = Path(str(path) + ".tmp")
+    torch.save(state, tmp)
+    with tempfile.TemporaryFile() as log:
+        log.write(b"saved")
+        log.flush()
+        os.fsync(log.fileno())
+    os.replace(tmp, path)
+
+
+def moves_the_old_aside(state, path):   # no delete, but for a moment there is no file at path
+    tmp, aside = Path(str(path) + ".tmp"), Path(str(path) + ".old")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    if Path(path).exists():
+        os.rename(path, aside)
+    os.replace(tmp, path)
+    aside.unlink(missing_ok=True)
+
+
 Q2_WRONG = [
+    (moves_the_old_aside, ["killed just before os.replace", "no checkpoint at all"]),
+    (delete_if_there, ["deletes the old checkpoint"]),
+    (syncs_the_folder_only, ["fsync", "temporary file"]),
+    (syncs_another_file, ["fsync", "temporary file"]),
     (direct, ["never renames"]),
     (no_fsync, ["fsync"]),
     (elsewhere, ["not in the checkpoint's folder"]),
@@ -328,12 +377,17 @@ def test_q4_right_and_stub():
 Q4_WRONG = [
     (lambda u: sum(u) / len(u) < 80, ["idle samples before the first step"]),
     (lambda u: float(np.median(_window(u))) < 80, ["median"]),
-    (lambda u: max(u) < 80, ["median and the maximum"]),
+    (lambda u: max(u) < 80, ["highest sample"]),
     (lambda u: min(_window(u)) < 80, ["lowest sample"]),
     (lambda u: float(np.mean(_window(u))) < 50, ["80 %"]),
     (lambda u: float(np.mean(_window(u))), ["True (input-bound) or False"]),
     (lambda u: "yes" if np.mean(_window(u)) < 80 else "no", ["True (input-bound) or False"]),
-    (lambda u: float(np.mean(_window(u))) > 80, ["you called"]),
+    (lambda u: float(np.mean(_window(u))) > 80, ["backwards", "less than 80 %"]),
+    (lambda u: float(np.mean(_window(u))) >= 80, ["backwards", "less than 80 %"]),
+    (lambda u: float(np.mean(_window(u))) < 0.8, ["0.8", "percent"]),
+    (lambda u: float(np.mean(_window(u))) / 100 < 0.8 * 100, ["True for every one", "80 %"]),
+    (lambda u: float(np.mean(np.asarray(u)[np.asarray(u) > 5])) < 80, ["only the samples above 5 %"]),
+    (lambda u: float(np.max(u)) < 80, ["highest sample"]),
     (lambda u: True, ["fed"]),
     (lambda u: False, ["starved", "80 %"]),
     (None, ["function itself"]),
@@ -363,3 +417,18 @@ def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
     assert question in first and method not in first and "hint(2)" in first
     exercise.hint(2)
     assert method in capsys.readouterr().out
+
+
+def test_q4_traces_tell_every_named_rule_apart():
+    """Each wrong rule the check can name gives verdicts of its own, unlike the right rule and every other."""
+    traces = ep11._traces()
+    verdicts = {rule: tuple(fn(t) for _, t, _, _ in traces) for rule, fn in ep11._Q4_RULES.items()}
+    verdicts["right"] = tuple(truth for _, _, truth, _ in traces)
+    verdicts["always True"], verdicts["always False"] = (True,) * len(traces), (False,) * len(traces)
+    assert len(set(verdicts.values())) == len(verdicts), verdicts
+
+
+def test_q2_sees_every_save_not_only_the_first():
+    """A save that deletes the old checkpoint only when there is one is caught: the first save has none."""
+    message = assert_wrong(ep11.q2, (delete_if_there,), ["deletes the old checkpoint"])
+    assert "save number 2" in message

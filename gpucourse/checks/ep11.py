@@ -27,6 +27,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from stat import S_ISDIR
 
 import numpy as np
 import torch
@@ -246,15 +247,42 @@ class _Pause:
         return (int, (0,))
 
 
+_SAVES = 3          # saves in a row: the first into an empty folder, the others over a checkpoint
+_FILE_OPS = ("fsync", "replace", "rename", "unlink", "remove")
+
+
+def _identity(stat) -> tuple:
+    return stat.st_dev, stat.st_ino
+
+
+def _file_identity(path):
+    try:
+        return _identity(os.stat(path))
+    except (OSError, TypeError, ValueError):
+        return None
+
+
 @contextlib.contextmanager
 def _recording():
-    """Record os.fsync, os.replace, os.rename, os.unlink and os.remove calls, in order (and make them)."""
+    """Record the file operations of a save, in order (and make them).
+
+    Each event is ``(name, args, target)``: for ``fsync`` the file or folder synced, for a rename
+    the file renamed, as (device, inode), so that a sync can be matched with the rename it protects.
+    """
     events = []
-    real = {name: getattr(os, name) for name in ("fsync", "replace", "rename", "unlink", "remove")}
+    real = {name: getattr(os, name) for name in _FILE_OPS}
 
     def wrap(name):
         def call(*args, **kwargs):
-            events.append((name, args))
+            if name == "fsync":
+                try:
+                    stat = os.fstat(args[0] if isinstance(args[0], int) else args[0].fileno())
+                    target = (_identity(stat), "folder" if S_ISDIR(stat.st_mode) else "file")
+                except (OSError, AttributeError, IndexError):
+                    target = None
+            else:
+                target = _file_identity(args[0]) if args else None
+            events.append((name, args, target))
             return real[name](*args, **kwargs)
         return call
 
@@ -268,63 +296,160 @@ def _recording():
 
 
 def _same_file(a, b) -> bool:
-    return os.path.abspath(os.fspath(a)) == os.path.abspath(os.fspath(b))
+    try:
+        return os.path.abspath(os.fspath(a)) == os.path.abspath(os.fspath(b))
+    except TypeError:
+        return False
+
+
+def _q2_state(number: int) -> dict:
+    return {"weights": torch.arange(50_000, dtype=torch.float32) * number, "step": 100 * number}
+
+
+def _holds(path: Path, state: dict) -> bool:
+    try:
+        back = torch.load(path, weights_only=True)
+    except Exception:
+        return False
+    return isinstance(back, dict) and back.get("step") == state["step"] and \
+        torch.equal(back.get("weights", torch.empty(0)), state["weights"])
 
 
 def _check_atomic(save_checkpoint):
     require_function(save_checkpoint, "save_checkpoint")
-    old = {"weights": torch.arange(50_000, dtype=torch.float32), "step": 100}
     with tempfile.TemporaryDirectory(prefix="ep11-q2-") as folder:
         path = Path(folder) / "checkpoint.pt"
-        with _recording() as events:
-            _call(save_checkpoint, old, path, what="save_checkpoint(state, path)", none_ok=True)
-        if not path.exists():
-            raise Wrong(f"after save_checkpoint(state, path) there is no file at path; found "
-                        f"{sorted(p.name for p in Path(folder).iterdir()) or 'nothing'} in the folder.")
-        try:
-            back = torch.load(path, weights_only=True)
-        except Exception as exc:
-            raise Wrong(f"torch.load cannot read what save_checkpoint wrote ({type(exc).__name__}): write it "
-                        "with torch.save(state, temporary_path).") from None
-        if not (isinstance(back, dict) and back.get("step") == 100 and torch.equal(back["weights"], old["weights"])):
-            raise Wrong("the file save_checkpoint wrote does not hold the state it was given.")
-        _q2_events(events, path)
-        left = sorted(p.name for p in Path(folder).iterdir() if p.name != path.name)
-        if left:
-            raise Wrong(f"after a save that went well the folder still holds {left}: rename the temporary "
-                        "file onto path, do not copy it.")
-        _q2_kill(save_checkpoint, path, old)
-    return ("killed with SIGKILL in the middle of writing, your save left the previous checkpoint whole: "
-            "a temporary file in the same folder, flushed to disk, then renamed over the old one.")
+        operations = 0
+        for number in range(1, _SAVES + 1):                 # a later save may differ from the first
+            which = "the first save" if number == 1 else f"save number {number} (over a checkpoint)"
+            state = _q2_state(number)
+            with _recording() as events:
+                _call(save_checkpoint, state, path, what="save_checkpoint(state, path)", none_ok=True)
+            if not path.exists():
+                raise Wrong(f"after {which}, save_checkpoint(state, path) left no file at path; found "
+                            f"{sorted(p.name for p in Path(folder).iterdir()) or 'nothing'} in the folder.")
+            try:
+                torch.load(path, weights_only=True)
+            except Exception as exc:
+                raise Wrong(f"torch.load cannot read what save_checkpoint wrote ({type(exc).__name__}): write it "
+                            "with torch.save(state, temporary_path).") from None
+            if not _holds(path, state):
+                raise Wrong(f"after {which} the file at path does not hold the state save_checkpoint was given.")
+            _q2_events(events, path, which)
+            left = sorted(p.name for p in Path(folder).iterdir() if p.name != path.name)
+            if left:
+                raise Wrong(f"after {which}, which went well, the folder still holds {left}: rename the "
+                            "temporary file onto path, do not copy it.")
+            operations = [_describe_operation(name, args, path) for name, args, _ in events]
+        kept = _q2_kill_at_every_step(save_checkpoint, path, _q2_state(_SAVES), operations)
+        _q2_kill(save_checkpoint, path, kept)
+    return (f"killed before each of its {len(operations)} file operations and in the middle of writing, over "
+            f"{_SAVES} saves in a row, your save left a whole checkpoint every time: a temporary file in the "
+            "same folder, flushed to disk, then renamed over the old one.")
 
 
-def _q2_events(events, path):
-    renames = [args for name, args in events if name in ("replace", "rename") and len(args) >= 2]
-    into = [args for args in renames if _same_file(args[1], path)]
+def _q2_events(events, path, which: str):
+    renames = [e for e in events if e[0] in ("replace", "rename") and len(e[1]) >= 2]
+    into = [e for e in renames if _same_file(e[1][1], path)]
     if not into:
-        raise Wrong("save_checkpoint never renames a file onto path (os.replace(tmp, path) or "
+        raise Wrong(f"in {which}, save_checkpoint never renames a file onto path (os.replace(tmp, path) or "
                     "Path(tmp).replace(path)). Writing path directly, or copying onto it, means a kill "
                     "mid-write leaves half a file; only a rename swaps the old file for the new one in one step.")
-    src = into[-1][0]
+    rename = into[-1]
+    src = rename[1][0]
     if not _same_file(os.path.dirname(os.path.abspath(os.fspath(src))), path.parent):
         raise Wrong(f"the temporary file {src} is not in the checkpoint's folder. A rename is atomic only "
                     "within one file system; across two it fails (or becomes a copy). Put the temporary next "
                     "to path, e.g. path.with_name(path.name + '.tmp').")
-    rename_at = events.index(next(e for e in events if e[0] in ("replace", "rename") and e[1] is into[-1]))
-    if any(name in ("unlink", "remove") and _same_file(args[0], path) for name, args in events[:rename_at]):
-        raise Wrong("save_checkpoint deletes the old checkpoint before the new one is in place: a kill between "
-                    "the two leaves no checkpoint at all. os.replace(tmp, path) replaces it in one step.")
-    if not any(name == "fsync" for name, _ in events[:rename_at]):
-        raise Wrong("nothing is fsync-ed before the rename: after a crash or power cut the rename can reach the "
-                    "disk before the data, leaving an empty or partial file under the final name. Call "
-                    "f.flush() and os.fsync(f.fileno()) on the temporary file before renaming it.")
+    before = events[:events.index(rename)]
+    if any(name in ("unlink", "remove") and args and _same_file(args[0], path) for name, args, _ in before):
+        raise Wrong(f"{which} deletes the old checkpoint before the new one is in place: a kill between "
+                    "the two leaves no checkpoint at all. os.replace(tmp, path) replaces the old file in one "
+                    "step, whether or not it exists; do not remove it first.")
+    synced = [target for name, _, target in before if name == "fsync"]
+    if rename[2] is not None and any(t is not None and t[0] == rename[2] for t in synced):
+        return
+    if rename[2] is None and synced:
+        return                           # the renamed file could not be identified: trust the sync
+    if any(t is not None and t[1] == "folder" for t in synced):
+        raise Wrong(f"in {which} you fsync the folder but not the temporary file before renaming it: the "
+                    "folder's sync makes the rename last, not the data. After a power cut the new name can "
+                    "point at an empty or partial file. Call f.flush() and os.fsync(f.fileno()) on the "
+                    "temporary file itself before the rename (a folder sync after it is a good extra).")
+    if synced:
+        raise Wrong(f"in {which} you fsync a file, but not the temporary file you rename onto path: after a "
+                    "power cut its data may not be on the disk. Call f.flush() and os.fsync(f.fileno()) on "
+                    "the temporary file itself before renaming it.")
+    raise Wrong("nothing is fsync-ed before the rename: after a crash or power cut the rename can reach the "
+                "disk before the data, leaving an empty or partial file under the final name. Call "
+                "f.flush() and os.fsync(f.fileno()) on the temporary file before renaming it.")
+
+
+def _killed_before(save_checkpoint, path: Path, state: dict, step: int) -> None:
+    """Run the save in a forked child that kills itself just before its file operation number ``step``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)     # "process is multi-threaded, fork() may ..."
+        pid = os.fork()
+    if pid == 0:                                                  # the child
+        try:
+            count = [0]
+
+            def wrap(fn):
+                def call(*args, **kwargs):
+                    if count[0] == step:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    count[0] += 1
+                    return fn(*args, **kwargs)
+                return call
+
+            for name in _FILE_OPS:
+                setattr(os, name, wrap(getattr(os, name)))
+            save_checkpoint(state, path)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _describe_operation(name: str, args: tuple, path: Path) -> str:
+    def show(arg):
+        if isinstance(arg, int):
+            return "a file descriptor"
+        try:
+            return "path" if _same_file(arg, path) else os.path.basename(os.fspath(arg))
+        except TypeError:
+            return type(arg).__name__
+    return f"os.{name}({', '.join(show(a) for a in args[:2])})"
+
+
+def _q2_kill_at_every_step(save_checkpoint, path: Path, old: dict, operations: list) -> dict:
+    """Kill a save just before each of its file ``operations`` in turn; return the checkpoint now at path."""
+    if not hasattr(os, "fork"):
+        return old                       # _q2_kill says why this system cannot run the kills
+    new = _q2_state(_SAVES + 1)
+    for step, operation in enumerate(operations):
+        _killed_before(save_checkpoint, path, new, step)
+        if _holds(path, new):
+            old = new                    # the new checkpoint is in place: it is the one to keep now
+            continue
+        if not path.exists():
+            raise Wrong(f"killed just before {operation} (file operation {step + 1} of {len(operations)}), "
+                        "your save_checkpoint left no checkpoint at all: the old one was gone before the new one "
+                        "was in place. os.replace(tmp, path) swaps them in one step.")
+        if not _holds(path, old):
+            raise Wrong(f"killed just before {operation} (file operation {step + 1} of {len(operations)}), "
+                        "your save_checkpoint left a file at path that is neither the previous checkpoint nor "
+                        "the new one.")
+    for leftover in path.parent.iterdir():         # temporaries of the killed saves: not the next test's business
+        if leftover != path and leftover.is_file():
+            leftover.unlink()
+    return old
 
 
 def _q2_kill(save_checkpoint, path: Path, old: dict) -> None:
     if not hasattr(os, "fork"):
         raise NotDone("this check kills a save with SIGKILL in a forked process, which this system (Windows) "
                       "cannot do; run it on Linux, macOS or Colab.")
-    new = {"weights": torch.zeros(50_000), "step": 200, "pause": None}
+    new = {"weights": torch.zeros(50_000), "step": -1, "pause": None}
     read_fd, write_fd = os.pipe()
     new["pause"] = _Pause(write_fd)
     with warnings.catch_warnings():
@@ -357,7 +482,7 @@ def _q2_kill(save_checkpoint, path: Path, old: dict) -> None:
         raise Wrong(f"killed mid-save, your save_checkpoint left a half-written file at path: torch.load fails "
                     f"({type(exc).__name__}). Write to a temporary file first and rename it onto path when it is "
                     "complete.") from None
-    if not (isinstance(back, dict) and back.get("step") == 100):
+    if not (isinstance(back, dict) and back.get("step") == old["step"]):
         raise Wrong("killed mid-save, the file at path is not the previous checkpoint.")
 
 
@@ -453,26 +578,78 @@ def _traces():
          "70 % is below the 80 % line: the GPU waits 30 % of the time"),
         ("fed at 88 %, starting at once", np.concatenate([noisy(88, 60), idle(3)]), False,
          "88 % is above the 80 % line"),
+        # the three below tell the rules of _Q4_RULES apart: the median from the mean of the busy samples
+        # and from the maximum, and a line at 0.8 from a function that always answers False
+        ("starved: fully busy most of the time, at 20 % while it waits", np.tile([100.0] * 4 + [20.0] * 3, 15),
+         True, "more than half the samples read 100 %, but the mean over training is 66 %. Use the mean"),
+        ("starved at 60 %, with a few peaks at 100 %",
+         np.concatenate([noisy(60, 50), [100.0, 100.0], noisy(60, 50)]), True,
+         "a few peaks at 100 % do not feed a run that is busy 60 % of the time: use the mean"),
+        ("starved almost completely: a short burst every 15 s", np.concatenate([np.tile([60.0] + [0.0] * 149, 4),
+                                                                              [60.0]]), True,
+         "the device waited nearly all the time between the first and the last burst"),
     ]
+
+
+def _window(trace):
+    busy = np.flatnonzero(np.asarray(trace) > 5)
+    return np.asarray(trace, dtype=float)[busy[0]: busy[-1] + 1]
+
+
+#: Rules a learner may have written instead of "mean over the training window < 80", each with what it
+#: gets wrong. The check computes every rule's verdicts on all traces and names the rule whose verdicts
+#: are the learner's on every trace, rather than describing the first trace it got wrong.
+_Q4_RULES = {
+    "your verdicts are backwards: input_bound must be True when the device was busy less than 80 % of the "
+    "training time (it waited for data), False when it was busy more. Flip the comparison.":
+        lambda t: not float(np.mean(_window(t))) < 80,
+    "your line seems to be 0.8 (or the mean divided by 100): the samples are percent, from 0 to 100, so "
+    "the line is 80, not 0.8.": lambda t: float(np.mean(_window(t))) < 0.8,
+    "you averaged the whole trace, idle samples before the first step and after the last included; "
+    "average only from the first busy sample (above 5 %) to the last.": lambda t: float(np.mean(t)) < 80,
+    "you averaged only the samples above 5 %, which drops the waits inside training that make a run "
+    "input-bound; average every sample from the first busy one to the last.":
+        lambda t: float(np.mean(np.asarray(t)[np.asarray(t) > 5])) < 80,
+    "you compared the median with 80 %: most samples of a run busy in bursts read 100 %, so the median "
+    "hides the waits. Use the mean over the training window.":
+        lambda t: float(np.median(_window(t))) < 80,
+    "you compared the lowest sample with 80 %: a short dip (a checkpoint being saved) does not make a run "
+    "input-bound. Use the mean over the training window.": lambda t: float(np.min(_window(t))) < 80,
+    "you compared the highest sample with 80 %: the maximum hides the waits. Use the mean over the "
+    "training window.": lambda t: float(np.max(t)) < 80,
+}
 
 
 def _check_trace(fn):
     require_function(fn, "input_bound")
-    for name, trace, truth, why in _traces():
+    traces, verdicts = _traces(), []
+    for name, trace, truth, why in traces:
         what = f"input_bound(<{name}>)"
         got = _call(fn, list(trace), what=what)
         if isinstance(got, (np.bool_,)):
             got = bool(got)
         if not isinstance(got, bool):
             raise Wrong(f"{what} returned {describe(got)}; return True (input-bound) or False.")
-        if got != truth:
-            verdict = "input-bound" if got else "fed"
-            busy = [i for i, u in enumerate(trace) if u > 5]
-            mean = float(np.mean(trace[busy[0]: busy[-1] + 1]))
-            raise Wrong(f"you called the trace '{name}' {verdict}: {why} (busy {mean:.0f} % of the time while "
-                        "training; the line is 80 %).")
-    return ("you read six traces right: the mean utilisation from the first busy sample to the last, against "
-            "the 80 % line, ignoring the idle start and end.")
+        verdicts.append(got)
+    if verdicts == [truth for _, _, truth, _ in traces]:
+        return (f"you read {len(traces)} traces right: the mean utilisation from the first busy sample to the last, "
+                "against the 80 % line, ignoring the idle start and end.")
+    for rule, verdict_of in _Q4_RULES.items():
+        if all(verdict_of(trace) == got for (_, trace, _, _), got in zip(traces, verdicts)):
+            wrong = sum(got != truth for (_, _, truth, _), got in zip(traces, verdicts))
+            raise Wrong(f"{rule} (Your verdicts are that rule's on all {len(traces)} traces, and wrong on "
+                        f"{wrong}.)")
+    if len(set(verdicts)) == 1:
+        starved = sum(truth for _, _, truth, _ in traces)
+        raise Wrong(f"input_bound returned {verdicts[0]} for every one of the {len(traces)} traces, but "
+                    f"{starved} of them are starved runs (input-bound) and {len(traces) - starved} fed ones: "
+                    "compute the mean utilisation from the first busy sample to the last and compare it "
+                    "with the 80 % line.")
+    name, trace, truth, why = next(t for t, got in zip(traces, verdicts) if got != t[2])
+    mean = float(np.mean(_window(trace)))
+    verdict = "fed" if truth else "input-bound"
+    raise Wrong(f"you called the trace '{name}' {verdict}: {why} (busy {mean:.0f} % of the time while "
+                "training; the line is 80 %).")
 
 
 q4 = Exercise("ep11.q4", _check_trace,
