@@ -14,9 +14,12 @@ model the course names.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
+import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 CAPABILITIES_PATH = Path(__file__).parent / "references" / "capabilities.json"
@@ -119,3 +122,473 @@ def gqa_fused_backends(capability: tuple[int, int], torch_version: str) -> list[
     return [name for name in ("flash", "cudnn", "efficient")
             if _in_range(capability, backends[name]["compute_capability"])
             and release >= torch_release(backends[name]["gqa_since_torch"])]
+
+
+# ---- what runs: the data file, asked per architecture ------------------------------------
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def gpu_models() -> dict:
+    """``{key: {"name", "compute_capability", "total_memory", "memory_basis", "source"}}``."""
+    return capabilities()["gpu_models"]
+
+
+def _dtypes_allowed(entry: dict, capability: tuple[int, int]) -> list[str]:
+    return entry["dtypes"]["from_sm80" if tuple(capability) >= (8, 0) else "below_sm80"]
+
+
+def sdpa_backend(capability: tuple[int, int], torch_version: str, dtype: str,
+                 grouped: bool) -> str:
+    """The SDPA backend torch falls to for a call without a mask: a fused one, else ``"math"``.
+
+    Parameters
+    ----------
+    capability, torch_version
+        As for :func:`gqa_fused_backends`.
+    dtype : {"float32", "float16", "bfloat16"}
+        The dtype of q, k and v (flash and cuDNN take only 16-bit values).
+    grouped : bool
+        True for grouped-query attention (fewer key/value heads, ``enable_gqa=True``).
+    """
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype {dtype!r} is not one of {sorted(DTYPE_BYTES)}.")
+    backends = capabilities()["sdpa"]["backends"]
+    candidates = (gqa_fused_backends(capability, torch_version) if grouped else
+                  [name for name in ("flash", "cudnn", "efficient")
+                   if _in_range(capability, backends[name]["compute_capability"])])
+    return next((name for name in candidates
+                 if dtype in _dtypes_allowed(backends[name], capability)), "math")
+
+
+def feature_available(feature: str, capability: tuple[int, int],
+                      versions: dict[str, str] | None = None) -> bool:
+    """Whether ``feature`` (a key of ``capabilities.json``'s ``features``) runs on this GPU.
+
+    ``versions`` maps package names to installed versions (e.g. ``{"tensorflow": "2.20.0"}``);
+    a feature that needs a package version (Triton 3.3 for tensor-core dots, TensorFlow 2.21 on
+    sm_120) is judged unavailable when that version is missing or older.
+    """
+    features = capabilities()["features"]
+    if feature not in features:
+        raise ValueError(f"unknown feature {feature!r}; choose from {sorted(features)}.")
+    entry, versions = features[feature], versions or {}
+    if not _in_range(capability, entry["compute_capability"]):
+        return False
+    since = entry.get("since")
+    if since and since["package"] in versions and (
+            torch_release(versions[since["package"]]) < torch_release(since["version"])):
+        return False
+    for need in entry.get("needs", []):
+        if _in_range(capability, need["compute_capability"]):
+            installed = versions.get(need["package"])
+            if installed is None or torch_release(installed) < torch_release(need["version"]):
+                return False
+    return True
+
+
+# ---- how many bytes: closed forms for the big tensors of each episode --------------------
+
+def matmul_bytes(n: int, dtype_bytes: int = 4) -> int:
+    """``a @ b`` of two n × n matrices: a, b and the result."""
+    return 3 * n * n * dtype_bytes
+
+
+def mlp_parameters(width: int, depth: int, n_in: int) -> int:
+    """Parameters of ``estimate.make_mlp(n_in, width, depth)``: depth hidden layers, one output."""
+    return (n_in + 1) * width + (depth - 1) * (width + 1) * width + (width + 1)
+
+
+def mlp_training_bytes(width: int, depth: int, batch: int, n_in: int = 15,
+                       state_bytes_per_parameter: int = 16) -> int:
+    """Peak of one training step of that MLP in float32 (episode 5's estimate).
+
+    Weights, gradients and optimizer state (16 bytes per parameter with Adam, 8 with plain
+    SGD: weights and gradients), plus what forward keeps for backward: the input, each hidden
+    layer's output before and after ReLU, and the output, 4 bytes each per sample.
+    """
+    state = state_bytes_per_parameter * mlp_parameters(width, depth, n_in)
+    return state + 4 * batch * (n_in + 2 * depth * width + 1)
+
+
+def mlp_inference_bytes(width: int, depth: int, rows: int, n_in: int = 15) -> int:
+    """``model(X)`` under ``no_grad`` over ``rows`` at once: input and two live layer outputs."""
+    return 4 * mlp_parameters(width, depth, n_in) + 4 * rows * (n_in + 2 * width)
+
+
+def cnn_parameters(width: int) -> int:
+    """Parameters of ``estimate.make_cnn(width)``: six 3 × 3 convolutions without bias,
+    two BatchNorm values per channel, and the last linear layer to 10 classes."""
+    return 279 * width**2 + 27 * width + 28 * width + 40 * width + 10
+
+
+def cnn_activation_bytes_per_sample(width: int) -> int:
+    """Every layer's output of ``make_cnn(width)`` for one 3 × 32 × 32 image, in float32.
+
+    Per block, conv, BatchNorm and ReLU twice at full resolution, then max-pooling: 6 outputs
+    of width × 32², 2·width × 16², 4·width × 8², and the pooled ones; then the global
+    average,
+    flatten, dropout (4·width each) and 10 logits; plus the input (3072).
+    """
+    return 4 * (3082 + 11212 * width)
+
+
+def cnn_training_bytes(width: int, batch: int, state_bytes_per_parameter: int = 16) -> int:
+    """Peak of one Adam training step of ``make_cnn(width)`` at this batch, in float32."""
+    return (state_bytes_per_parameter * cnn_parameters(width)
+            + batch * cnn_activation_bytes_per_sample(width))
+
+
+def llama_parameters(config: dict) -> int:
+    """Parameters of a Llama-type decoder with ``config`` (a ``llm.CONFIGS`` dict).
+
+    Embedding (shared with the output layer when tied), per layer q/k/v/o projections, the
+    three MLP matrices and two RMSNorm weights, and the final norm.
+    """
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    q_dim = config["num_attention_heads"] * config["head_dim"]
+    kv_dim = config["num_key_value_heads"] * config["head_dim"]
+    per_layer = 2 * hidden * q_dim + 2 * hidden * kv_dim + 3 * hidden * inter + 2 * hidden
+    embeddings = config["vocab_size"] * hidden * (1 if config["tie_word_embeddings"] else 2)
+    return embeddings + config["num_hidden_layers"] * per_layer + hidden
+
+
+def lora_parameters(config: dict, rank: int) -> int:
+    """Trainable parameters of LoRA with ``rank`` on q, k, v and o of every layer."""
+    hidden = config["hidden_size"]
+    q_dim = config["num_attention_heads"] * config["head_dim"]
+    kv_dim = config["num_key_value_heads"] * config["head_dim"]
+    per_layer = rank * ((hidden + q_dim) * 2 + (hidden + kv_dim) * 2)
+    return config["num_hidden_layers"] * per_layer
+
+
+def lm_forward_bytes(config: dict, batch: int, tokens: int, dtype_bytes: int,
+                     backend: str) -> int:
+    """A no-grad forward with a cache (prefill): the KV cache of every layer, plus the
+    largest transient of one layer: its attention call or its MLP (gate, up and their product),
+    whichever is larger. The weights are counted apart."""
+    cache = kv_cache_bytes(batch, tokens, config["num_hidden_layers"],
+                           config["num_key_value_heads"], config["head_dim"], dtype_bytes)
+    attention = sdpa_peak_bytes(batch, config["num_attention_heads"],
+                                config["num_key_value_heads"], tokens, config["head_dim"],
+                                dtype_bytes, backend)
+    mlp = 3 * batch * tokens * config["intermediate_size"] * dtype_bytes
+    return cache + max(attention, mlp)
+
+
+def lm_training_bytes(config: dict, batch: int, tokens: int, trainable: int,
+                      backend: str) -> int:
+    """One AdamW step in float32 beyond the weights: gradients and two moments for the
+    trainable parameters (12 bytes each), and the activations backward needs.
+
+    Per layer and token, about 10 hidden-sized values (norms, projections, residuals) and
+    4 intermediate-sized ones (gate, up, activation, product); the attention's own peak per
+    layer (the scores, on the math backend); and the logits with their softmax and gradient.
+    """
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    layers = config["num_hidden_layers"]
+    per_layer = 4 * batch * tokens * (10 * hidden + 4 * inter)
+    attention = sdpa_peak_bytes(batch, config["num_attention_heads"],
+                                config["num_key_value_heads"], tokens, config["head_dim"], 4,
+                                backend)
+    logits = 3 * 4 * batch * tokens * config["vocab_size"]
+    return 12 * trainable + layers * (per_layer + attention) + logits
+
+
+# ---- the episodes' full-size rows --------------------------------------------------------
+
+NOTEBOOK_CONSTANTS = {"GIB": 2**30, "MIB": 2**20}
+SMOLLM2 = {  # episode 10's model (gpucourse.llm.SMOLLM2_135M, repeated so no import is needed)
+    "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+    "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+    "tie_word_embeddings": True}
+DOES_NOT_STOP = math.inf   # a row that grows until it no longer fits (a search, a 1 EiB tensor)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One big allocation of an episode at full size.
+
+    ``cell`` is a piece of source that names the code cell that runs it; where that cell (or
+    a function of the notebook it calls) catches ``OutOfMemoryError``, not fitting is part
+    of the lesson rather than a stop.
+    """
+
+    episode: str
+    cell: str
+    what: str
+    nbytes: float
+
+
+def code_cells(notebook: Path) -> list[str]:
+    """The sources of a notebook's code cells."""
+    cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+
+
+def _full_value(node: ast.AST):
+    """The ``"full"`` entry of ``{"full": ..., ...}[MODE]``, evaluated, or None if not that."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict)
+            and isinstance(node.slice, ast.Name) and node.slice.id == "MODE"):
+        return None
+    for key, value in zip(node.value.keys, node.value.values):
+        if isinstance(key, ast.Constant) and key.value == "full":
+            code = compile(ast.Expression(value), "<SIZES>", "eval")
+            return eval(code, {"__builtins__": {"dict": dict}, **NOTEBOOK_CONSTANTS})
+    raise ValueError(f"a {{...}}[MODE] dict at line {node.lineno} has no 'full' entry.")
+
+
+def full_sizes(notebook: Path) -> dict:
+    """Every ``NAME = {...}[MODE]`` of the notebook, at full size: ``{"SIZES": {...}, ...}``.
+
+    Tuple assignments (``A, B = {...}[MODE], 256``) are read element by element.
+    """
+    found = {}
+    for source in code_cells(notebook):
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:       # a cell with IPython syntax (magics) holds no SIZES
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+                continue
+            target, value = node.targets[0], node.value
+            pairs = ([(target, value)] if isinstance(target, ast.Name) else
+                     list(zip(target.elts, value.elts))
+                     if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) else [])
+            for name, expr in pairs:
+                full = _full_value(expr) if isinstance(name, ast.Name) else None
+                if full is not None:
+                    found[name.id] = full
+    return found
+
+
+def passes_attn_implementation(notebook: Path) -> bool:
+    """Whether a ``load_model(...)`` call of the notebook passes ``attn_implementation=``."""
+    for source in code_cells(notebook):
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            called = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if called == "load_model" and any(kw.arg == "attn_implementation"
+                                              for kw in node.keywords):
+                return True
+    return False
+
+
+def prefill_backend(capability: tuple[int, int], torch_version: str, dtype: str,
+                    repeats_kv: bool) -> str:
+    """Episode 10's prefill attention: a fused backend that takes GQA, else the memory-efficient
+    kernel on repeated heads where the notebook registers that (``repeats_kv``), else math."""
+    backend = sdpa_backend(capability, torch_version, dtype, grouped=True)
+    if backend == "math" and repeats_kv and sdpa_backend(
+            capability, torch_version, dtype, grouped=False) == "efficient":
+        return "repeat_kv+efficient"
+    return backend
+
+
+def _ep01(sizes, gpu, torch_version, notebook):
+    """The float32 matmul sweep (its largest n), ``c = a + b`` and the pinned copy."""
+    s = sizes["SIZES"]
+    stream = s["stream_mib"] * NOTEBOOK_CONSTANTS["MIB"]
+    return [Row("01", "def matmul_sweep", f"matmul n={max(s['matmul_n'])}, float32",
+                matmul_bytes(max(s["matmul_n"]))),
+            Row("01", "def add_bandwidth", f"c = a + b, 3 × {s['stream_mib']} MiB", 3 * stream),
+            Row("01", "host.pin_memory()", f"copy of {s['stream_mib']} MiB to the GPU", stream)]
+
+
+def _ep03(sizes, gpu, torch_version, notebook):
+    """The width sweep: the widest MLP with Adam, the sweep's events resident on the GPU."""
+    s = sizes["SIZES"]
+    data = 4 * s["sweep_events"] * 16            # 15 features and a label
+    return [Row("03", 'for width in tqdm(SIZES["widths"]', f"MLP width {max(s['widths'])}, "
+                f"batch {s['batch']}, Adam", mlp_training_bytes(max(s["widths"]), 2, s["batch"])
+                + data)]
+
+
+def _ep04(sizes, gpu, torch_version, notebook):
+    """The Keras CNN (episode 5's ``make_cnn`` counts it) trained at full width and batch."""
+    s = sizes["SIZES"]
+    return [Row("04", "history = model.fit(train_ds",
+                f"CNN width {s['width']}, batch {s['batch']}, AdamW",
+                cnn_training_bytes(s["width"], s["batch"]))]
+
+
+def _ep05(sizes, gpu, torch_version, notebook):
+    """The memory curves' largest MLP and CNN batches, and §2's wide MLP at batch 8."""
+    s = sizes["SIZES"]
+    return [Row("05", "peaks = [measure_step(task, batch)", f"MLP width {s['mlp_width']}, batch "
+                f"{max(s['mlp_batches'])}, Adam",
+                mlp_training_bytes(s["mlp_width"], 2, max(s["mlp_batches"]))),
+            Row("05", "peaks = [measure_step(task, batch)", f"CNN width {s['cnn_width']}, batch "
+                f"{max(s['cnn_batches'])}, Adam", cnn_training_bytes(s["cnn_width"],
+                                                                 max(s["cnn_batches"]))),
+            Row("05", "wide_mlp = dict(", f"MLP width {s['wide']}, batch 8, Adam",
+                mlp_training_bytes(s["wide"], 2, 8))]
+
+
+def _ep06(sizes, gpu, torch_version, notebook):
+    """§1's run inside its budget, the 1 EiB request, §3's deep MLP (four copies at once
+    when timing the four ways) and §4's searches, which grow until a step fails."""
+    s = sizes["SIZES"]
+    fit = s["fit"]
+    deep = mlp_training_bytes(fit["width"], fit["depth"], fit["batch"])
+    deep_state = 16 * mlp_parameters(fit["width"], fit["depth"], 15)
+    return [Row("06", "2**60", "one tensor of 1 EiB", DOES_NOT_STOP),
+            Row("06", "step(too_big)", f"a step that outgrows the {s['budget']:,} B budget",
+                DOES_NOT_STOP),
+            Row("06", "def gradients(model, chunks)", f"MLP depth {fit['depth']} width "
+                f"{fit['width']}, batch {fit['batch']}, Adam", deep),
+            Row("06", "steps[how] = lambda", "the same, four models and optimizers at once",
+                deep + 3 * deep_state),
+            Row("06", "searches = {", f"depth and width searches (hsf width "
+                f"{s['check']['hsf_width']})", DOES_NOT_STOP)]
+
+
+def _mlp_speed_rows(episode, sizes):
+    """Episodes 7 and 8: the events × width MLP, SGD, with all events resident."""
+    s = sizes["SIZES"]
+    data = 4 * s["events"] * 16
+    return [Row(episode, "def make_model():", f"MLP width {s['width']}, batch {s['batch']}, SGD, "
+                f"{s['events']:,} events resident",
+                mlp_training_bytes(s["width"], 2, s["batch"], state_bytes_per_parameter=8) + data),
+            Row(episode, "def accuracy(model)" if episode == "07" else "def make_model():",
+                f"forward over all {s['events']:,} events at once",
+                mlp_inference_bytes(s["width"], 2, s["events"]) + data)]
+
+
+def _ep07(sizes, gpu, torch_version, notebook):
+    """The MLP rows, and the element-wise chain (input, output and eager temporaries)."""
+    n = sizes["SIZES"]["fusion_elements"]
+    return _mlp_speed_rows("07", sizes) + [
+        Row("07", "x_big = torch.randn", f"element-wise chain on {n:,} floats", 4 * 4 * n)]
+
+
+def _ep08(sizes, gpu, torch_version, notebook):
+    """The MLP rows (the profiled steps use the same model and data)."""
+    return _mlp_speed_rows("08", sizes)
+
+
+def _ep10(sizes, gpu, torch_version, notebook):
+    """SmolLM2-135M: the KV-cache grid and time to first token (prefill; attention backend from
+    :func:`prefill_backend`), decoding batches, §4's forced math attention, and the float32
+    full and LoRA fine-tuning steps. The 16-bit model of cell 6 stays resident throughout."""
+    s, cfg = sizes["SIZES"], SMOLLM2
+    capability = tuple(gpu["compute_capability"])
+    dtype = "bfloat16" if feature_available("bf16_hardware", capability) else "float16"
+    backend = prefill_backend(capability, torch_version, dtype,
+                              passes_attn_implementation(notebook))
+    params = llama_parameters(cfg)
+    resident = 2 * params
+    rows = [Row("10", 'SIZES["batches"]', f"prefill batch {b} × {t} tokens, "
+                f"{backend}", resident + lm_forward_bytes(cfg, b, t, 2, backend))
+            for b in s["batches"] for t in s["contexts"]]
+    rows.append(Row("10", "generate_timed(model, prompt,",
+                    f"time to first token, {max(s['contexts'])} tokens, {backend}",
+                    resident + lm_forward_bytes(cfg, 1, max(s["contexts"]) + s["new_tokens"],
+                                                2, backend)))
+    rows += [Row("10", 'SIZES["decode_batches"]', f"decode batch {b}, {backend}",
+                 resident + lm_forward_bytes(cfg, b, 64 + s["new_tokens"], 2, backend))
+             for b in s["decode_batches"]]
+    heads, head_dim = cfg["num_attention_heads"], cfg["head_dim"]
+    rows += [Row("10", "for backend in [SDPBackend.MATH, *fused]", f"math attention, {n} tokens",
+                 resident + 3 * heads * n * head_dim * 2
+                 + sdpa_peak_bytes(1, heads, heads, n, head_dim, 2, "math"))
+             for n in s["attention"]]
+    student = 4 * params                          # the float32 model LoRA trains (cell 32)
+    train_backend = sdpa_backend(capability, torch_version, "float32", grouped=True)
+    rows += [Row("10", "def step_peak", f"full fine-tuning, batch 4 × {s['seq']}, "
+                 f"{train_backend}", resident + student + 4 * params
+                 + lm_training_bytes(cfg, 4, s["seq"], params, train_backend)),
+             Row("10", 'SIZES["steps"]', f"LoRA r=8, batch 4 × {s['seq']}",
+                 resident + student
+                 + lm_training_bytes(cfg, 4, s["seq"], lora_parameters(cfg, 8), train_backend))]
+    return rows
+
+
+def _ep11(sizes, gpu, torch_version, notebook):
+    """§4's MLP (512 inputs, two layers of WIDTH, SGD); its data stay in host memory."""
+    width, batch = sizes["WIDTH"], 256
+    return [Row("11", "def train_epoch", f"MLP 512 → {width} → {width}, batch {batch}, SGD",
+                mlp_training_bytes(width, 2, batch, n_in=512, state_bytes_per_parameter=8))]
+
+
+ROW_BUILDERS = {"01": _ep01, "03": _ep03, "04": _ep04, "05": _ep05, "06": _ep06, "07": _ep07,
+                "08": _ep08, "10": _ep10, "11": _ep11}
+
+
+def episode_rows(notebook: Path, gpu: dict, torch_version: str) -> list[Row]:
+    """The full-size rows of one episode on one GPU model (an entry of :func:`gpu_models`).
+
+    Episodes 2 and 9 have none: their GPU tensors are a few MB.
+    """
+    notebook = Path(notebook)
+    builder = ROW_BUILDERS.get(notebook.name[:2])
+    if builder is None:
+        return []
+    return builder(full_sizes(notebook), gpu, torch_version, notebook)
+
+
+FIT_FRACTION = 0.9   # leave a tenth for the CUDA context, cuBLAS workspaces and fragmentation
+OOM_HANDLER = "OutOfMemoryError"
+
+
+def cell_with(notebook: Path, marker: str) -> str:
+    """The one code cell of ``notebook`` whose source contains ``marker``."""
+    matches = [source for source in code_cells(notebook) if marker in source]
+    if len(matches) != 1:
+        raise LookupError(f"{len(matches)} code cells of {Path(notebook).name} contain "
+                          f"{marker!r}; a row must name exactly one: update its marker in "
+                          "gpucourse/feasibility.py to the cell that now runs it.")
+    return matches[0]
+
+
+def _functions(notebook: Path) -> dict[str, str]:
+    """``{name: source}`` of the functions the notebook's code cells define."""
+    found = {}
+    for source in code_cells(notebook):
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                found[node.name] = ast.get_source_segment(source, node) or ""
+    return found
+
+
+def _called(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {node.func.id for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+
+
+def catches_oom(notebook: Path, source: str) -> bool:
+    """Whether ``source`` catches ``torch.OutOfMemoryError``, itself or in a function of the
+    notebook that it calls (at any depth)."""
+    functions, seen, todo = _functions(notebook), set(), [source]
+    while todo:
+        current = todo.pop()
+        if OOM_HANDLER in current:
+            return True
+        for name in _called(current) - seen:
+            seen.add(name)
+            if name in functions:
+                todo.append(functions[name])
+    return False
+
+
+def rows_that_stop(notebook: Path, gpu: dict, torch_version: str) -> list[Row]:
+    """The rows of ``notebook`` that do not fit in ``FIT_FRACTION`` of ``gpu``'s memory and
+    whose cell does not catch ``torch.OutOfMemoryError``: where "Run all" would stop."""
+    limit = FIT_FRACTION * gpu["total_memory"]
+    return [row for row in episode_rows(notebook, gpu, torch_version)
+            if row.nbytes >= limit
+            and not catches_oom(notebook, cell_with(notebook, row.cell))]

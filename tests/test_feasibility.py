@@ -1,11 +1,44 @@
-"""The feasibility model: what runs on each GPU, and does every full-size row fit."""
+"""The feasibility model: what runs on each GPU, and whether every full-size row fits.
+
+The central test holds every full-size row of every episode against every GPU model in
+``gpucourse/references/capabilities.json``: a row must fit in 90 % of the GPU's memory, or
+the cell that runs it must catch ``torch.OutOfMemoryError``. Two tests show that it can fail:
+on a notebook built to lack episode 10's fix, and on the committed version that ran out of
+memory on a T4 (G4-1).
+"""
 
 from __future__ import annotations
 
+import ast
+import json
+import re
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from gpucourse import feasibility
+from gpucourse import estimate, fakecuda, feasibility
 
+ROOT = Path(__file__).resolve().parents[1]
+EPISODES = sorted((ROOT / "episodes").glob("[0-9][0-9]-*.ipynb"))
+GPUS = feasibility.gpu_models()
+# The commit whose episode 10 ran out of memory on a T4 (batch 16 × 4096 on the math backend).
+BEFORE_G4_1 = "d6adf7e"
+
+
+def course_torch_versions() -> list[str]:
+    """The torch versions of Colab's runtimes, from the committed pip constraints."""
+    versions = set()
+    for constraints in sorted((ROOT / "colab").glob("*/constraints.txt")):
+        versions |= set(re.findall(r"^torch==(\S+)$", constraints.read_text(), re.MULTILINE))
+    assert versions, "no torch pin in colab/*/constraints.txt"
+    return sorted(versions)
+
+
+TORCH_VERSIONS = course_torch_versions()
+
+
+# ---- what runs ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("capability, torch_version, expected", [
     ((7, 5), "2.11.0+cu128", []),                  # T4: math fallback (G4-1)
@@ -28,3 +61,198 @@ def test_gqa_fused_backends_rejects_unreadable_versions(bad):
 def test_gqa_fused_backends_rejects_torch_without_enable_gqa():
     with pytest.raises(ValueError, match="2.5"):
         feasibility.gqa_fused_backends((8, 0), "2.4.1")
+
+
+@pytest.mark.parametrize("capability, dtype, grouped, expected", [
+    ((7, 5), "float16", True, "math"),          # no fused backend takes GQA on a T4
+    ((7, 5), "float16", False, "efficient"),    # ... but takes repeated heads
+    ((7, 5), "bfloat16", False, "math"),        # the efficient kernel has no bf16 below sm80
+    ((9, 0), "bfloat16", True, "flash"),
+    ((9, 0), "float32", True, "math"),          # flash and cuDNN take 16-bit values only
+    ((9, 0), "float32", False, "efficient"),
+])
+def test_sdpa_backend(capability, dtype, grouped, expected):
+    assert feasibility.sdpa_backend(capability, "2.11.0", dtype, grouped) == expected
+
+
+@pytest.mark.parametrize("repeats_kv, expected", [(True, "repeat_kv+efficient"), (False, "math")])
+def test_prefill_backend_on_a_t4(repeats_kv, expected):
+    assert feasibility.prefill_backend((7, 5), "2.11.0", "float16", repeats_kv) == expected
+
+
+@pytest.mark.parametrize("feature, capability, versions, expected", [
+    ("bf16_hardware", (7, 5), None, False),
+    ("bf16_hardware", (8, 0), None, True),
+    ("tinygemm_int4", (7, 5), None, False),
+    ("fp8", (8, 0), None, False),
+    ("fp8", (8, 9), None, True),
+    ("triton_tensor_core_dot", (8, 0), {"triton": "3.6.0"}, True),
+    ("triton_tensor_core_dot", (7, 5), {"triton": "3.6.0"}, False),
+    ("tensorflow_gpu", (12, 0), {"tensorflow": "2.20.0"}, False),
+    ("tensorflow_gpu", (12, 0), {"tensorflow": "2.21.0"}, True),
+    ("tensorflow_gpu", (7, 5), {"tensorflow": "2.20.0"}, True),
+])
+def test_feature_available(feature, capability, versions, expected):
+    assert feasibility.feature_available(feature, capability, versions) is expected
+
+
+def test_feature_available_names_the_unknown_feature():
+    with pytest.raises(ValueError, match="'int3'"):
+        feasibility.feature_available("int3", (8, 0))
+
+
+def test_every_entry_has_a_source():
+    data = feasibility.capabilities()
+    entries = [*data["sdpa"]["backends"].values(), *data["features"].values(),
+               *data["gpu_models"].values()]
+    assert entries and all(entry.get("source", "").strip() for entry in entries)
+    for key, model in data["gpu_models"].items():
+        assert model["memory_basis"] in ("torch", "datasheet"), key
+        assert len(model["compute_capability"]) == 2 and model["total_memory"] > 0, key
+
+
+def test_gpu_models_agree_with_the_fake_cuda_runtime():
+    """Every model in both files (matched by the name torch reports) has the same memory and
+    compute capability; a key used in both files names the same GPU."""
+    ours = {model["name"]: model for model in GPUS.values()}
+    compared = 0
+    for key, fake in fakecuda.MODELS.items():
+        if key in GPUS:
+            assert GPUS[key]["name"] == fake["name"], key
+        if fake["name"] in ours:
+            model = ours[fake["name"]]
+            assert model["total_memory"] == fake["total_memory"], fake["name"]
+            assert model["memory_basis"] == "torch", fake["name"]
+            assert tuple(model["compute_capability"]) == (fake["major"], fake["minor"])
+            compared += 1
+    assert compared >= 3, "fewer than three models in common with gpucourse/fakecuda.py"
+
+
+# ---- closed forms against the modules they count -----------------------------------------
+
+@pytest.mark.parametrize("width", [8, 64])
+def test_cnn_closed_forms_match_make_cnn(width):
+    model = estimate.make_cnn(width)
+    assert feasibility.cnn_parameters(width) == sum(p.numel() for p in model.parameters())
+    assert (feasibility.cnn_activation_bytes_per_sample(width)
+            == estimate.activation_bytes_per_sample(model, (3, 32, 32)))
+
+
+@pytest.mark.parametrize("width, depth, n_in", [(128, 2, 15), (1024, 16, 15), (4096, 2, 512)])
+def test_mlp_closed_forms_match_make_mlp(width, depth, n_in):
+    model = estimate.make_mlp(n_in, width, depth)
+    assert feasibility.mlp_parameters(width, depth, n_in) == sum(
+        p.numel() for p in model.parameters())
+    if n_in == 15:
+        assert feasibility.mlp_training_bytes(width, depth, 64) == estimate.mlp_estimate(
+            width, depth, 64)
+
+
+def test_llama_parameters_match_transformers():
+    llm = pytest.importorskip("gpucourse.llm")
+    pytest.importorskip("transformers")
+    assert feasibility.SMOLLM2.items() <= llm.SMOLLM2_135M.items()
+    for name, config in llm.CONFIGS.items():
+        assert feasibility.llama_parameters(config) == llm.count_parameters(
+            llm.llama_config(name)), name
+
+
+def test_math_attention_grows_with_the_square_of_the_tokens():
+    small = feasibility.sdpa_peak_bytes(1, 9, 3, 1024, 64, 2, "math")
+    large = feasibility.sdpa_peak_bytes(1, 9, 3, 2048, 64, 2, "math")
+    fused = feasibility.sdpa_peak_bytes(1, 9, 3, 2048, 64, 2, "efficient")
+    assert 3.5 < large / small <= 4 and fused * 100 < large
+
+
+# ---- reading the notebooks ---------------------------------------------------------------
+
+def write_notebook(path: Path, sources: list[str]) -> Path:
+    cells = [{"cell_type": "code", "source": s, "metadata": {}, "outputs": [],
+              "execution_count": None} for s in sources]
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                                "nbformat_minor": 5}), encoding="utf-8")
+    return path
+
+
+def test_full_sizes_reads_the_full_entries(tmp_path):
+    notebook = write_notebook(tmp_path / "nb.ipynb", [
+        "%matplotlib inline",
+        'SIZES = {"full": dict(budget=2 * GIB, batch=[1, 4]), "quick": dict(budget=gpu)}[MODE]',
+        'N, B = {"full": 400, "quick": 40}[MODE], 256\nOTHER = {"full": 1}',
+    ])
+    assert feasibility.full_sizes(notebook) == {"SIZES": {"budget": 2 * 2**30, "batch": [1, 4]},
+                                                "N": 400}
+
+
+def test_passes_attn_implementation(tmp_path):
+    without = write_notebook(tmp_path / "a.ipynb", ["m = llm.load_model(device=d, dtype=t)"])
+    with_it = write_notebook(tmp_path / "b.ipynb", [
+        'm = llm.load_model(device=d, dtype=t, attn_implementation="sdpa_repeat_kv")'])
+    assert not feasibility.passes_attn_implementation(without)
+    assert feasibility.passes_attn_implementation(with_it)
+
+
+@pytest.mark.parametrize("notebook", EPISODES, ids=lambda p: p.name[:2])
+def test_every_row_names_one_cell(notebook):
+    for row in feasibility.episode_rows(notebook, GPUS["T4"], TORCH_VERSIONS[0]):
+        feasibility.cell_with(notebook, row.cell)           # raises unless exactly one
+
+
+def test_catches_oom_follows_the_functions_a_cell_calls(tmp_path):
+    notebook = write_notebook(tmp_path / "nb.ipynb", [
+        "def attempt(n):\n    return torch.empty(n)",
+        "def trains(n):\n    try:\n        attempt(n)\n    except torch.OutOfMemoryError:\n"
+        "        return False\n    return True",
+        "def outer(n):\n    return trains(n)",
+    ])
+    assert feasibility.catches_oom(notebook, "checks = [lambda n: outer(n)]")
+    assert not feasibility.catches_oom(notebook, "attempt(2**60)")
+
+
+# ---- the central check -------------------------------------------------------------------
+
+def describe(rows, gpu) -> str:
+    return "; ".join(f"episode {r.episode}: {r.what} needs {r.nbytes / 1e9:.1f} GB of "
+                     f"{gpu['total_memory'] / 1e9:.1f} GB" for r in rows)
+
+
+@pytest.mark.parametrize("torch_version", TORCH_VERSIONS)
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+@pytest.mark.parametrize("notebook", EPISODES, ids=lambda p: p.name[:2])
+def test_every_full_size_row_fits_or_is_caught(notebook, gpu, torch_version):
+    stopping = feasibility.rows_that_stop(notebook, GPUS[gpu], torch_version)
+    assert not stopping, f"Run all stops on a {gpu}: {describe(stopping, GPUS[gpu])}"
+
+
+def without_the_fix(source: str) -> str:
+    """A cell as it was before G4-1's fix: no OutOfMemoryError handler, no attention choice."""
+    source = source.replace(feasibility.OOM_HANDLER, "RuntimeError")
+    if "attn_implementation" not in source:
+        return source                 # unchanged, so that the rows' markers still match
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            node.keywords = [kw for kw in node.keywords if kw.arg != "attn_implementation"]
+    return ast.unparse(tree)
+
+
+def test_the_check_fails_on_episode_10_without_its_fix(tmp_path):
+    sources = feasibility.code_cells(ROOT / "episodes" / "10-language-model.ipynb")
+    fixture = write_notebook(tmp_path / "10-language-model.ipynb",
+                             [without_the_fix(s) if not s.lstrip().startswith(("%", "!"))
+                              else s for s in sources])
+    stopping = feasibility.rows_that_stop(fixture, GPUS["T4"], "2.11.0")
+    assert "prefill batch 16 × 4096 tokens, math" in [r.what for r in stopping]
+    assert not feasibility.rows_that_stop(fixture, GPUS["A100 80GB"], "2.11.0")
+
+
+def test_the_check_fails_on_the_episode_10_that_ran_out_of_memory(tmp_path):
+    shown = subprocess.run(["git", "show", f"{BEFORE_G4_1}:episodes/10-language-model.ipynb"],
+                           cwd=ROOT, capture_output=True, text=True)
+    if shown.returncode:
+        pytest.skip(f"commit {BEFORE_G4_1} is not in this clone (a shallow checkout)")
+    old = tmp_path / "10-language-model.ipynb"
+    old.write_text(shown.stdout, encoding="utf-8")
+    stopping = feasibility.rows_that_stop(old, GPUS["T4"], "2.11.0")
+    assert [r.what for r in stopping] == ["prefill batch 16 × 4096 tokens, math"]
+    assert 20e9 < stopping[0].nbytes < 30e9          # about 23 GB (G4-1)
