@@ -15,12 +15,23 @@ add plain LoRA layers when a torchao older than 0.16 is installed (they raise ``
 ``is_torchao_available`` even for models that hold no torchao weights), and Google Colab's image has
 shipped peft 0.20 with torchao 0.10. The course never replaces what Colab has, so for that one
 error it tells peft, for this call only, that torchao is absent; plain LoRA does not use it.
+
+``attention_implementation`` chooses how the model calls attention. transformers 5.15 calls
+``scaled_dot_product_attention`` with ``enable_gqa=True`` for SmolLM2's 9 query and 3 key/value
+heads; in torch 2.11 only the Flash and cuDNN backends accept that, and both need compute
+capability 8.0. On an older GPU (a T4) every such call would run on the math backend, whose
+float32 scores grow with the square of the sequence. There the course registers ``sdpa_repeat_kv``:
+the key/value heads are repeated first, so the call has equal head counts and the
+memory-efficient kernel takes it. ``sdpa_backend_problem`` says, in PyTorch's own words, why a
+backend cannot run a call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
+import re
 import warnings
 
 from . import settings
@@ -70,14 +81,18 @@ def int4_config(group_size: int = 64):
 
     torchao >= 0.15 defaults to a "plain" format whose kernels need the separate ``mslk`` package and
     Hopper; ``tile_packed_to_4d`` is tinygemm there. Older versions (Colab's 0.10) use tinygemm by default.
+    ``set_inductor_config=False`` (a field in torchao 0.10 and 0.17) keeps float32 matmuls in FP32.
     """
     import dataclasses
 
     from torchao.quantization import Int4WeightOnlyConfig
 
+    # set_inductor_config=False: the default (True) makes quantize_ call
+    # torch.set_float32_matmul_precision("high"), TF32 for every later float32 matmul.
+    options = dict(group_size=group_size, set_inductor_config=False)
     if "int4_packing_format" in {f.name for f in dataclasses.fields(Int4WeightOnlyConfig)}:
-        return Int4WeightOnlyConfig(group_size=group_size, int4_packing_format="tile_packed_to_4d")
-    return Int4WeightOnlyConfig(group_size=group_size)
+        options["int4_packing_format"] = "tile_packed_to_4d"
+    return Int4WeightOnlyConfig(**options)
 
 
 def why_no_int4(device) -> str | None:
@@ -176,7 +191,7 @@ def download() -> str:
                              cache_dir=cache.folder("huggingface"))
 
 
-def load_model(*, device, dtype, layers: int | None = None):
+def load_model(*, device, dtype, layers: int | None = None, attn_implementation: str | None = None):
     """SmolLM2-135M on ``device`` in ``dtype``: the real one if it can be had, else its architecture.
 
     Parameters
@@ -185,6 +200,9 @@ def load_model(*, device, dtype, layers: int | None = None):
         Where the model goes and its weights' dtype.
     layers : int, optional
         Keep only the first ``layers`` of the 30 decoder layers (reduced and quick modes on a CPU).
+    attn_implementation : str, optional
+        How its layers call attention, e.g. ``attention_implementation(device)``; None keeps
+        transformers' default (``"sdpa"``).
 
     Returns
     -------
@@ -198,6 +216,10 @@ def load_model(*, device, dtype, layers: int | None = None):
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
     changes = {} if layers is None else {"num_hidden_layers": layers}
+    if attn_implementation == REPEAT_KV:
+        register_repeat_kv()            # a no-op once registered; a fresh kernel needs it again
+    if attn_implementation is not None:
+        changes["attn_implementation"] = attn_implementation
     cut = "" if layers is None else f", only its first {layers} of 30 layers"
     reason = "GPUCOURSE_OFFLINE=1" if settings.offline() else None
     if reason is None:
@@ -249,6 +271,197 @@ def cache_bytes(cache) -> int:
     return sum(tensor_bytes(layer.keys) + tensor_bytes(layer.values) for layer in cache.layers)
 
 
+# --- Attention: which implementation, and why a backend cannot run ---------------------------
+
+REPEAT_KV = "sdpa_repeat_kv"
+
+
+class _EqualHeads:
+    """An attention module seen as having as many key/value heads as query heads.
+
+    transformers' SDPA function asks ``module.num_key_value_groups`` whether to pass
+    ``enable_gqa=True``; after ``repeat_kv`` there is nothing left to group.
+    """
+
+    num_key_value_groups = 1
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+
+def sdpa_repeat_kv_attention(module, query, key, value, attention_mask, **kwargs):
+    """transformers' SDPA attention with the key/value heads repeated up to the query heads.
+
+    Registered as ``REPEAT_KV`` by ``attention_implementation``. The call SDPA then sees has
+    equal head counts and no ``enable_gqa``, which the memory-efficient kernel accepts on GPUs
+    older than Ampere; the result is the same attention (tested against ``"sdpa"``).
+    """
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    return sdpa_attention_forward(_EqualHeads(module), query, key, value, attention_mask, **kwargs)
+
+
+def register_repeat_kv() -> str:
+    """Register ``REPEAT_KV`` with transformers (once) and return its name.
+
+    The attention function is ``sdpa_repeat_kv_attention``; its mask is SDPA's own, so padded
+    batches are masked exactly as with ``"sdpa"``.
+    """
+    with _quiet_imports():
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    if REPEAT_KV not in AttentionInterface._global_mapping:
+        AttentionInterface.register(REPEAT_KV, sdpa_repeat_kv_attention)
+        AttentionMaskInterface.register(REPEAT_KV, sdpa_mask)
+    return REPEAT_KV
+
+
+def attention_implementation(device) -> str:
+    """The ``attn_implementation`` to load SmolLM2 with on ``device``.
+
+    ``"sdpa"`` where a fused backend accepts grouped-query attention: a CUDA GPU for which
+    ``feasibility.gqa_fused_backends`` lists one, and the CPU (its Flash kernel takes
+    ``enable_gqa``). Elsewhere (a T4 with torch 2.11) it registers and returns ``REPEAT_KV``.
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "sdpa"
+    from .feasibility import gqa_fused_backends
+
+    capability = torch.cuda.get_device_capability(device)
+    if gqa_fused_backends(tuple(capability), torch.__version__):
+        return "sdpa"
+    return register_repeat_kv()
+
+
+def prefill_backend(device, dtype, attn_implementation: str) -> str:
+    """The SDPA backend a prefill with ``attn_implementation`` runs on, as ``feasibility`` names it.
+
+    On a CUDA GPU this is ``feasibility.prefill_backend`` for its compute capability and the
+    installed torch; on the CPU it is ``"flash"`` (its Flash kernel takes grouped-query attention).
+    """
+    import torch
+
+    if attn_implementation not in ("sdpa", REPEAT_KV):
+        raise ValueError(f"attn_implementation {attn_implementation!r} is neither 'sdpa' nor "
+                         f"{REPEAT_KV!r}; pass what attention_implementation(device) returned.")
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "flash"
+    from . import feasibility
+
+    capability = tuple(torch.cuda.get_device_capability(device))
+    return feasibility.prefill_backend(capability, torch.__version__, str(dtype).removeprefix("torch."),
+                                       repeats_kv=attn_implementation == REPEAT_KV)
+
+
+def does_not_fit(what: str, predicted_bytes: int, device) -> str:
+    """Free what an ``OutOfMemoryError`` left behind and say, in a line, what did not fit.
+
+    Call it after the ``except`` block, not inside: the exception's traceback holds the
+    tensors of the failed call until the block ends.
+    """
+    import torch
+
+    from .memory import format_bytes
+
+    gc.collect()
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        props = torch.cuda.get_device_properties(device)
+        gpu = f"{props.name} has {format_bytes(props.total_memory)}"
+    else:
+        gpu = "this device ran out of memory"
+    return (f"{what}: does not fit on this GPU (predicted at least {format_bytes(predicted_bytes)}; "
+            f"{gpu}); going on with the next row")
+
+
+# What select_sdp_backend warns before each backend's reasons when no allowed backend can run
+# (sdp_utils.cpp; older versions write "CuDNN"), keyed by the SDPBackend name.
+SDPA_WARNING_HEADERS = {"EFFICIENT_ATTENTION": "memory efficient kernel not used because:",
+                        "FLASH_ATTENTION": "flash attention kernel not used because:",
+                        "CUDNN_ATTENTION": "cudnn attention kernel not used because:"}
+_TRIGGERED = re.compile(r"\s*\(Triggered internally at .*?\)\s*$", re.DOTALL)
+
+
+def strip_trigger(message: str) -> str:
+    """A C++ warning's text without PyTorch's " (Triggered internally at file:line.)" suffix."""
+    return _TRIGGERED.sub("", str(message)).strip()
+
+
+def reason_after_header(backend_name: str, messages) -> str | None:
+    """The first reason ``select_sdp_backend`` gave for ``backend_name``, or None.
+
+    Parameters
+    ----------
+    backend_name : str
+        An ``SDPBackend`` name with a header, e.g. ``"FLASH_ATTENTION"``.
+    messages : iterable of str
+        The warnings of one failed call, in order: a header per backend, then its reasons.
+    """
+    if backend_name not in SDPA_WARNING_HEADERS:
+        raise ValueError(f"no warning header for backend {backend_name!r}; "
+                         f"use one of {sorted(SDPA_WARNING_HEADERS)}.")
+    headers = set(SDPA_WARNING_HEADERS.values())
+    inside = False
+    for text in map(strip_trigger, messages):
+        if text.lower() in headers:
+            inside = text.lower() == SDPA_WARNING_HEADERS[backend_name]
+        elif inside and text:
+            return text
+    return None
+
+
+def _own_reason(backend_name: str, query, key, value, is_causal: bool, enable_gqa: bool):
+    """What ``torch.backends.cuda.can_use_<backend>(params, debug=True)`` warns, if anything."""
+    import torch
+
+    ask = {"FLASH_ATTENTION": torch.backends.cuda.can_use_flash_attention,
+           "EFFICIENT_ATTENTION": torch.backends.cuda.can_use_efficient_attention,
+           "CUDNN_ATTENTION": torch.backends.cuda.can_use_cudnn_attention}.get(backend_name)
+    if ask is None:
+        return None
+    params = torch.backends.cuda.SDPAParams(query, key, value, None, 0.0, is_causal, enable_gqa)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ask(params, debug=True)
+    return next((strip_trigger(w.message) for w in seen if strip_trigger(w.message)), None)
+
+
+def sdpa_backend_problem(backend, query, key, value, *, is_causal: bool = True,
+                         enable_gqa: bool = False) -> str | None:
+    """None where ``backend`` runs this attention call; otherwise PyTorch's reason for it.
+
+    The reason is, in this order: the first one PyTorch warned under that backend's own
+    header while the call failed; what ``can_use_<backend>(..., debug=True)`` warns; the
+    first line of the exception (a CPU gives no warnings).
+    """
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(query, key, value, is_causal=is_causal,
+                                               enable_gqa=enable_gqa)
+            return None
+        except RuntimeError as exc:         # "No available kernel" and its CPU twin
+            error = str(exc).strip().splitlines()[0]
+    reason = None
+    if backend.name in SDPA_WARNING_HEADERS:
+        reason = reason_after_header(backend.name, [str(w.message) for w in seen])
+    return reason or _own_reason(backend.name, query, key, value, is_causal, enable_gqa) or error
+
+
 @contextlib.contextmanager
 def _torchao_hidden_from_peft():
     from unittest import mock
@@ -288,6 +501,8 @@ def bitsandbytes_status(on_gpu: bool) -> str | None:
 
 
 __all__ = ["REPO_ID", "REVISION", "LICENCE", "SMOLLM2_135M", "CONFIGS", "GPU_MEMORY_GB", "INT4_UNAVAILABLE",
-           "int4_config", "why_no_int4",
+           "int4_config", "why_no_int4", "REPEAT_KV", "SDPA_WARNING_HEADERS", "sdpa_repeat_kv_attention",
+           "register_repeat_kv", "attention_implementation", "prefill_backend",
+           "does_not_fit", "strip_trigger", "reason_after_header", "sdpa_backend_problem",
            "gpus", "import_libraries", "llama_config", "count_parameters", "load_model", "encode",
            "tensor_bytes", "model_bytes", "cache_bytes", "lora_model", "bitsandbytes_status"]
