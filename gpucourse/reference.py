@@ -10,13 +10,20 @@ which
 * prints the figure and, for a GPU model with a known band, whether it is
   inside the band expected for that model, and if not the likely reasons;
 * on a machine without a GPU, prints the figure measured on a GPU by
-  ``make gpu-check`` (device and date), or says that none was measured yet;
+  ``make gpu-check`` (device and date); where no GPU has recorded it, one line
+  per episode says so and points to the status page (how records are made is
+  the maintainers' business, described there, not the learner's);
 * when ``make gpu-check`` runs the notebook (``GPUCOURSE_FIGURES`` names a
   file), appends the figure to that file for the reference record.
 
 Bands live in ``gpucourse/references/bands.json`` (derived from datasheets,
 with sources); reference records, one per device, in
 ``gpucourse/references/<device>.json``, written only by ``tools/gpu_check.py``.
+A record's figure is a GPU reference only if it was measured on a GPU at full
+size: figures recorded with no device, and records of a ``--quick`` smoke run
+(``"mode": "quick"``), are never shown or used as a band.
+Curves (a dict of lists) are drawn beside the learner's own with
+:func:`plot_recorded`.
 """
 
 from __future__ import annotations
@@ -30,11 +37,23 @@ from pathlib import Path
 
 REFERENCE_DIR = Path(__file__).with_name("references")
 SCHEMA_VERSION = 1
+QUICK_MODE = "quick"   # a record's "mode" when tools/gpu_check.py ran a smoke pass at test size
+STATUS_PAGE = "the course's status page (Reference → Execution status)"
+
+
+#: Files in the references folder that are the course's data, not reference records.
+DATA_FILES = ("bands.json", "capabilities.json")
 
 
 def reference_dir() -> Path:
     """Where reference records are read from (``GPUCOURSE_REFERENCE_DIR`` overrides, for tests)."""
     return Path(os.environ.get("GPUCOURSE_REFERENCE_DIR") or REFERENCE_DIR)
+
+
+def record_paths(folder: Path | None = None) -> list[Path]:
+    """The reference record files in ``folder`` (default :func:`reference_dir`), by name."""
+    folder = reference_dir() if folder is None else folder
+    return [path for path in sorted(folder.glob("*.json")) if path.name not in DATA_FILES]
 
 
 # --------------------------------------------------------------------------- bands
@@ -129,9 +148,7 @@ def verdict(name: str, value: float, unit: str, device_name: str | None) -> str:
 def records() -> list[dict]:
     """Every reference record (newest first); invalid files are skipped with a message."""
     found = []
-    for path in sorted(reference_dir().glob("*.json")):
-        if path.name == "bands.json":
-            continue
+    for path in record_paths():
         try:
             record = json.loads(path.read_text())
             validate(record)
@@ -147,8 +164,11 @@ def gpu_figure(record: dict, name: str) -> dict | None:
 
     A GPU machine's record can hold figures its notebooks measured on the CPU (episode 9
     on a single-GPU machine runs CPU processes); those were recorded with ``device`` None
-    and are never a GPU reference.
+    and are never a GPU reference. Nor is anything in a quick smoke run's record
+    (``"mode": "quick"``): its figures come from test-size inputs.
     """
+    if record.get("mode") == QUICK_MODE:
+        return None
     figure = record.get("figures", {}).get(name)
     if record["hardware"].get("gpu_name") and isinstance(figure, dict) and figure.get("device"):
         return figure
@@ -201,14 +221,105 @@ def _format(value, unit: str) -> str:
 
 
 def show(name: str, unit: str = "") -> None:
-    """Print the GPU reference of key figure ``name``, or that none was measured yet."""
+    """Print the GPU reference of key figure ``name``, or (once per episode) that none exists."""
     ref = gpu_reference(name)
     if ref is None:
-        print(f"  GPU reference for {name}: none measured yet (`make gpu-check` on a GPU machine records one).")
+        note_none_recorded(name)
     else:
         record, value = ref
+        unit = unit or record["figures"][name].get("unit", "")   # as recorded, if not given
         print(f"  GPU reference for {name}: {_format(value, unit)} on {record['hardware']['gpu_name']}, "
               f"measured {record['date']} by make gpu-check.")
+
+
+#: Episodes ("ep06") whose missing GPU reference this process has mentioned already.
+_episodes_told: set[str] = set()
+
+
+def note_none_recorded(name: str) -> None:
+    """Say that key figure ``name`` has no GPU reference, once per episode and process.
+
+    An episode reports up to a dozen key figures; a learner without a GPU, before any
+    record exists, needs to read that only once. Later figures of the same episode
+    (the ``"epNN"`` before the dot) print nothing about it.
+    """
+    episode = name.split(".", 1)[0]
+    if episode in _episodes_told:
+        return
+    _episodes_told.add(episode)
+    if any(figure.startswith(episode + ".") and gpu_figure(record, figure)
+           for record in records() for figure in record["figures"]):
+        print(f"  No GPU reference for {name} has been recorded yet (nor for this episode's "
+              f"figures below that show none); see {STATUS_PAGE}.")
+    else:
+        print(f"  No GPU has run this episode's figures yet; see {STATUS_PAGE}.")
+
+
+#: Colours of recorded curves: none of them is one the episodes give their own curves.
+RECORDED_COLOURS = ("tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+
+
+def plot_recorded(ax, name: str, x_key: str, y_key: str | None = None, *, prefix: str = "") -> bool:
+    """Draw the GPU curves of key figure ``name`` that ``make gpu-check`` recorded, dashed.
+
+    So a reader without a GPU sees a GPU's curve beside their CPU's. Each line is
+    labelled with its series, the GPU and the date, and "(recorded)".
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+        The axes to draw on (their scales are left as they are).
+    name : str
+        A key figure whose value is a curve, e.g. ``"ep01.matmul_sweep"``.
+    x_key : str
+        The key of the x values in the recorded dict, e.g. ``"n"``.
+    y_key : str, optional
+        The key of the y values: a list (one curve) or a dict of label → list (several).
+        None: every other key of the dict is a curve, its key the label.
+    prefix : str
+        Only curves whose label starts with it, e.g. ``"GPU"`` to leave out the GPU
+        machine's own CPU curves.
+
+    Returns
+    -------
+    bool
+        True when at least one recorded curve was drawn. False when no GPU record has
+        ``name`` (said once per episode, see :func:`note_none_recorded`), or the record
+        predates ``y_key``.
+
+    Raises
+    ------
+    ValueError
+        If the recorded figure is not a curve with x values under ``x_key``.
+    """
+    ref = gpu_reference(name)
+    if ref is None:
+        note_none_recorded(name)
+        return False
+    record, curve = ref
+    if not isinstance(curve, dict) or not isinstance(curve.get(x_key), list):
+        keys = list(curve) if isinstance(curve, dict) else type(curve).__name__
+        raise ValueError(f"key figure {name} of the {record['date']} record is not a curve with x values "
+                         f"under {x_key!r} (it has {keys}); pass one of its keys as x_key")
+    if y_key is None:
+        series = {label: ys for label, ys in curve.items() if label != x_key}
+    elif isinstance(curve.get(y_key), dict):
+        series = curve[y_key]
+    elif y_key in curve:
+        series = {"": curve[y_key]}
+    else:
+        return False
+    xs = curve[x_key]
+    where = f"{record['hardware']['gpu_name']}, {record['date']} (recorded)"
+    drawn = 0
+    for label, ys in series.items():
+        if not label.startswith(prefix) or not isinstance(ys, list) or len(ys) != len(xs):
+            continue   # another device's curve, or not a series of this x
+        ax.plot(xs, [math.nan if y is None else y for y in ys], linestyle="--", marker="x",
+                color=RECORDED_COLOURS[drawn % len(RECORDED_COLOURS)],
+                label=f"{label}: {where}" if label else where)
+        drawn += 1
+    return drawn > 0
 
 
 def key_figure(name: str, value, *, unit: str = "", device: str | None = None, compare: bool = True) -> None:
@@ -226,16 +337,21 @@ def key_figure(name: str, value, *, unit: str = "", device: str | None = None, c
         The GPU's name as the driver reports it (``torch.cuda.get_device_name()``),
         or None when the figure was measured on the CPU.
     compare : bool
-        Print the band verdict (GPU) or the GPU reference (CPU). False for a
-        figure that is a CPU figure by nature, such as the CPU side of a comparison.
+        Print the band verdict (GPU) or the GPU reference (CPU); on a GPU, also the
+        reference another GPU recorded, if any. False for a figure that is a CPU
+        figure by nature, such as the CPU side of a comparison.
     """
     if not re.fullmatch(r"ep\d\d\.[a-z0-9_]+", name):
         raise ValueError(f"key figure names look like 'ep01.matmul_fp16_tflops', got {name!r}")
     value = value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
     print(f"{name}: {_format(value, unit)} on {device or 'the CPU'}")
-    if compare and device and isinstance(value, (int, float)):
-        print(verdict(name, float(value), unit, device))
-    elif compare and not device:
+    if compare and device:
+        if isinstance(value, (int, float)):
+            print(verdict(name, float(value), unit, device))
+        expected = band(name, device)
+        if gpu_reference(name) and not (expected and expected.kind == "measured"):  # else cited above
+            show(name, unit)
+    elif compare:
         show(name, unit)
     _append(name, value, unit, device)
 

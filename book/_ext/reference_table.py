@@ -56,7 +56,7 @@ class ReferenceRecords(SphinxDirective):
         from gpucourse import reference
 
         records = reference.records()
-        for path in reference.reference_dir().glob("*.json"):
+        for path in reference.record_paths():
             self.env.note_dependency(str(path))
         if not records:
             return [nodes.paragraph(text="No reference record has been measured yet. Run `make gpu-check` "
