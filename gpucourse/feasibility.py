@@ -527,6 +527,9 @@ def episode_rows(notebook: Path, gpu: dict, torch_version: str) -> list[Row]:
     Episodes 2 and 9 have none: their GPU tensors are a few MB.
     """
     notebook = Path(notebook)
+    if not re.match(r"\d\d-", notebook.name):
+        raise ValueError(f"{notebook.name!r} does not start with an episode number ('10-...'); "
+                         "the rows are chosen by it, so keep the episode's file name.")
     builder = ROW_BUILDERS.get(notebook.name[:2])
     if builder is None:
         return []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -20,7 +21,9 @@ import pytest
 from gpucourse import estimate, fakecuda, feasibility
 
 ROOT = Path(__file__).resolve().parents[1]
-EPISODES = sorted((ROOT / "episodes").glob("[0-9][0-9]-*.ipynb"))
+# Another folder of episodes can be checked instead: FEASIBILITY_EPISODES=/path/to/them pytest ...
+EPISODES = sorted(Path(os.environ.get("FEASIBILITY_EPISODES", ROOT / "episodes"))
+                  .glob("[0-9][0-9]-*.ipynb"))
 GPUS = feasibility.gpu_models()
 # The commit whose episode 10 ran out of memory on a T4 (batch 16 × 4096 on the math backend).
 BEFORE_G4_1 = "d6adf7e"
@@ -182,6 +185,12 @@ def test_full_sizes_reads_the_full_entries(tmp_path):
     ])
     assert feasibility.full_sizes(notebook) == {"SIZES": {"budget": 2 * 2**30, "batch": [1, 4]},
                                                 "N": 400}
+
+
+def test_rows_need_the_episode_number_in_the_file_name(tmp_path):
+    notebook = write_notebook(tmp_path / "ep10_old.ipynb", ["x = 1"])
+    with pytest.raises(ValueError, match="episode number"):
+        feasibility.episode_rows(notebook, GPUS["T4"], "2.11.0")
 
 
 def test_passes_attn_implementation(tmp_path):
