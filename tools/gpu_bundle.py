@@ -205,7 +205,7 @@ def _read_json(path: Path) -> dict:
 
 # --------------------------------------------------------------------------- node side
 
-def find(explicit: Path | None = None, root: Path = ROOT) -> Path | None:
+def find(explicit: Path | None = None, root: Path | None = None) -> Path | None:
     """The bundle folder: ``explicit``, else ``$GPUCOURSE_BUNDLE``, else ``gpu-bundle/`` in or
     next to the checkout; None when there is none.
 
@@ -221,6 +221,7 @@ def find(explicit: Path | None = None, root: Path = ROOT) -> Path | None:
             return named
         raise BundleError(f"{named} holds no gpu-bundle ({MANIFEST} is missing): "
                           + HOW_TO_BUILD.format(python="%d.%d" % sys.version_info[:2]) + ".")
+    root = root or ROOT
     for folder in (root / "gpu-bundle", root.parent / "gpu-bundle"):
         if (folder / MANIFEST).is_file():
             return folder
@@ -319,7 +320,8 @@ def default_cache() -> Path:
     return Path.home() / ".cache" / "gpucourse" / "gpu-bundle-unpacked"
 
 
-def use(has_module, explicit: Path | None = None, cache: Path | None = None) -> list[dict]:
+def use(has_module, explicit: Path | None = None, cache: Path | None = None,
+        root: Path | None = None) -> list[dict]:
     """Make this Python able to run notebooks, with the bundle where the node lacks a piece.
 
     Parameters
@@ -330,6 +332,8 @@ def use(has_module, explicit: Path | None = None, cache: Path | None = None) -> 
         The bundle folder (``--bundle``); default: see :func:`find`.
     cache : Path, optional
         Where to unpack (default :func:`default_cache`).
+    root : Path, optional
+        The checkout to look in and beside (default this one).
 
     Returns
     -------
@@ -343,7 +347,7 @@ def use(has_module, explicit: Path | None = None, cache: Path | None = None) -> 
         one sentence saying what to do.
     """
     missing = runner_missing(has_module)
-    folder = find(explicit)
+    folder = find(explicit, root)
     here = "%d.%d" % sys.version_info[:2]
     if folder is None:
         if missing:

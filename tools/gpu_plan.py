@@ -105,9 +105,13 @@ def split(notebooks: list[str], seconds: dict, n_chunks: int) -> list[list[str]]
 def fewest_chunks(notebooks: list[str], seconds: dict, limit: float = CHUNK_SECONDS,
                   workers: int = 1) -> int:
     """The smallest number of chunks whose every estimate is at most ``limit`` seconds
-    (with ``workers`` notebooks at a time), or one chunk per notebook when none is."""
+    (with ``workers`` notebooks at a time); a notebook longer than ``limit`` on its own
+    cannot be split and gets a chunk to itself."""
+    def fits(chunk):
+        return chunk_seconds(chunk, seconds, workers) <= limit or len(chunk) == 1
+
     for n in range(1, max(1, len(notebooks)) + 1):
-        if all(chunk_seconds(c, seconds, workers) <= limit for c in split(notebooks, seconds, n)):
+        if all(fits(c) for c in split(notebooks, seconds, n)):
             return n
     return max(1, len(notebooks))
 
