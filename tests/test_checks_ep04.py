@@ -308,6 +308,8 @@ def test_q3_right_answers_pass_and_stubs_are_not_done():
         assert result == "correct" and "within 20 %" in message, message
     result, message = outcome(ep04.q3, epoch_seconds, PREDICTED, 2.0)
     assert result == "correct" and "busy machine" in message       # a measurement never decides the verdict
+    result, message = outcome(ep04.q3, epoch_seconds, PREDICTED, 20.0)   # a very busy machine: still right
+    assert result == "correct" and "busy machine" in message, message
     assert outcome(ep04.q3, lambda n, p, s, pf: ____, PREDICTED, 0.66)[0] == "not-done"
     assert outcome(ep04.q3, epoch_seconds, ____, ____)[0] == "not-done"
     assert outcome(ep04.q3, ____, ____, ____)[0] == "not-done"
@@ -359,6 +361,8 @@ def test_q3_mistakes_are_explained(name):
     ("0.63", 0.66, "text in quotes"),
     (PREDICTED, -1.0, "more than 0"),
     (PREDICTED, float("nan"), "finite"),
+    (PREDICTED, 660.0, ["milliseconds", "seconds"]),           # time.perf_counter() * 1000: not a busy machine
+    (PREDICTED * 1000, 660.0, ["milliseconds", "seconds"]),
 ])
 def test_q3_the_prediction_must_come_from_the_function(predicted, measured, words):
     assert_wrong(ep04.q3, (epoch_seconds, predicted, measured), words)

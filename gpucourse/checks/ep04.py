@@ -531,6 +531,9 @@ def _check_q3(epoch_seconds, predicted_s, measured_s):
         raise NotDone("epoch_seconds is right; now predict and measure the notebook's pipeline (replace ____).")
     predicted, measured = as_number("predicted_s", predicted_s), as_number("measured_s", measured_s)
     expected = q3_expected(Q3_BATCHES, Q3_PREP_S, Q3_STEP_S, True)
+    if math.isclose(predicted, 1000 * expected, rel_tol=1e-6):
+        raise Wrong(f"predicted_s is {predicted:.4g}: that is your epoch_seconds in milliseconds; give it in "
+                    f"seconds ({expected:.4g}), as epoch_seconds returns it.")
     if not math.isclose(predicted, expected, rel_tol=1e-6):
         raise Wrong(f"predicted_s is {predicted:.4g} s, but your epoch_seconds gives {expected:.4g} s for the "
                     f"notebook's pipeline ({Q3_BATCHES} batches, {Q3_PREP_S} s and {Q3_STEP_S} s, prefetching): "
@@ -538,6 +541,10 @@ def _check_q3(epoch_seconds, predicted_s, measured_s):
     if measured <= 0:
         raise Wrong(f"measured_s is {measured:g}; the seconds of one epoch are more than 0.")
     ratio = measured / predicted
+    if 300 <= ratio <= 3000:     # no load slows 0.6 s to minutes: a factor near 1000 is a unit
+        raise Wrong(f"measured_s is {measured:.4g}, about 1000 × the {predicted:.3f} s predicted: that looks like "
+                    "milliseconds. Give the measured epoch in seconds (time.perf_counter() counts seconds; "
+                    "do not multiply by 1000).")
     note = ("within 20 %: the model of two overlapping queues holds." if 0.8 <= ratio <= 1.2 else
             "more than 20 % away from the prediction: a busy machine slows the measurement (it can only add "
             "time), and if it is far BELOW, the pipeline timed was not the one predicted.")
