@@ -68,7 +68,10 @@ class ReferenceRecords(SphinxDirective):
                              if outcomes.count(o))
             software = ", ".join(f"{k} {r['software'][k]}" for k in ("torch", "tensorflow")
                                  if r.get("software", {}).get(k))
-            summary.append((_device(r), r["date"], r.get("mode", ""), done, f"{r.get('total_seconds', 0):.0f} s",
+            size = r.get("mode", "")
+            if size == reference.QUICK_MODE:
+                size += " (a smoke run: never a reference)"
+            summary.append((_device(r), r["date"], size, done, f"{r.get('total_seconds', 0):.0f} s",
                             software or "—"))
         out = [_table(("device", "measured", "size", "notebooks", "time", "software"), summary, (3, 2, 2, 2, 1, 3))]
         for r in records:   # one table of key figures per record: a figure per row reads on any screen
