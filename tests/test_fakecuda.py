@@ -169,6 +169,17 @@ def test_a_child_respects_its_own_visible_devices_and_runs_other_sitecustomize(t
         assert _child(code, **env).stdout.split() == ["2", "yes"]
 
 
+def test_a_tensorflow_child_sees_the_fake_gpus_when_the_parent_faked_tensorflow():
+    """Episode 6's TensorFlow child (tf_memory_child) must not report a CPU run as the parent's GPU."""
+    pytest.importorskip("tensorflow")
+    code = ("from gpucourse.frameworks import import_tensorflow\n"
+            "tf = import_tensorflow()\n"
+            "gpus = tf.config.list_physical_devices('GPU')\n"
+            "print(len(gpus), tf.config.experimental.get_device_details(gpus[0])['device_name'])")
+    with fake_gpu("T4", 2, tensorflow=True):
+        assert _child(code).stdout.strip() == "2 Tesla T4"
+
+
 def test_a_child_that_never_imports_torch_does_not_load_it():
     with fake_gpu("T4"):
         done = _child("import sys; print('torch' in sys.modules, 'gpucourse.fakecuda' in sys.modules)")
