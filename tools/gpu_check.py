@@ -419,6 +419,7 @@ def main(argv=None) -> int:
             print(f"gpu-check: {exc}", file=sys.stderr)
             return 2
     book = Record(record, [relative(p) for p in selected])
+    workers = max(1, min(workers, len(selected)))
     print(f"gpu-check ({mode}) on {hw['gpu_name'] or 'no GPU'} ({hw['cpu_model']}, "
           f"{hw['cpu_cores']} cores): {len(selected)} notebooks, {workers} at a time -> {target}",
           flush=True)
