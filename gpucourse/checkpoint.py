@@ -18,6 +18,11 @@ worker processes, is re-seeded the same way (:func:`loader_generator`).
 so a run killed while saving leaves the previous checkpoint, never half of a new one. ``load``
 maps every tensor to the device this run has (a checkpoint from a GPU loads on a laptop) and
 uses ``weights_only=True``: loading a file runs no code from it.
+
+Both say what went wrong in words a learner can act on (:mod:`gpucourse.checkpoint_faults`):
+a save on a full disk names the sizes and that the previous checkpoint is intact; a file
+that is empty, cut short or not a checkpoint at all is named with its size and the likely
+cause.
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ import torch
 from torch.utils.data import Sampler
 
 from .atomic import save_atomic
+from .checkpoint_faults import UnreadableCheckpoint, disk_full, load_error, not_a_checkpoint
 
 __all__ = ["EpochSampler", "capture", "restore", "rng_state", "set_rng_state", "save", "load",
-           "loader_generator", "where_to_keep"]
+           "loader_generator", "where_to_keep", "UnreadableCheckpoint"]
 
 
 # --- random number generators ---------------------------------------------------------------
@@ -132,9 +138,18 @@ def restore(ckpt: dict, model, optimizer, scaler, scheduler) -> tuple[int, int]:
 
 
 def save(ckpt: dict, path) -> Path:
-    """Write ``ckpt`` to ``path`` atomically: the old file stays until the new one is complete."""
+    """Write ``ckpt`` to ``path`` atomically: the old file stays until the new one is complete.
+
+    On a full disk the error says so, with the sizes, and that the old file is intact.
+    """
     path = Path(path)
-    save_atomic(lambda tmp: torch.save(ckpt, tmp), path)
+    try:
+        save_atomic(lambda tmp: torch.save(ckpt, tmp), path)
+    except (OSError, RuntimeError) as exc:
+        full = disk_full(exc, path, ckpt)        # None: some other failure, raised as it is
+        if full is None:
+            raise
+        raise full from None                     # in place of PyTorch's cryptic error
     return path
 
 
@@ -143,9 +158,18 @@ def load(path) -> dict:
 
     ``restore`` then copies each part to the device its object lives on, whatever device this
     run has. (Mapped straight to a GPU, Adam's step counts would land there too, where PyTorch
-    expects them on the CPU, and every optimizer step would wait to read them back.)
+    expects them on the CPU, and every optimizer step would wait to read them back.) A file
+    that is missing, empty, cut short or not a checkpoint is named, with its size and why.
     """
-    return torch.load(path, map_location="cpu", weights_only=True)
+    path = Path(path)
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - each cause is named in the error raised instead
+        raise load_error(path, exc) from None    # not PyTorch's advice to load unsafely
+    problem = not_a_checkpoint(path, ckpt)
+    if problem:
+        raise UnreadableCheckpoint(problem)
+    return ckpt
 
 
 # --- where to keep it -----------------------------------------------------------------------
