@@ -147,6 +147,9 @@ Q2_WRONG = {
     "negative when nothing fits": (lambda g, b1, p1, b2, p2: math.floor((g * 2**30 - _line(g, b1, p1, b2, p2)[1])
                                                                        / _line(g, b1, p1, b2, p2)[0]),
                                    ["return 0"]),
+    "negative when nothing fits, truncated with int()": (
+        lambda g, b1, p1, b2, p2: int((g * 2**30 - _line(g, b1, p1, b2, p2)[1]) / _line(g, b1, p1, b2, p2)[0]),
+        ["return 0"]),
     "a float batch": (lambda g, b1, p1, b2, p2: (g * 2**30 - _line(g, b1, p1, b2, p2)[1]) / _line(g, b1, p1, b2, p2)[0],
                       ["whole number", "math.floor"]),
     "an integral float": (lambda g, b1, p1, b2, p2: float(max_batch(g, b1, p1, b2, p2)), ["return an int"]),

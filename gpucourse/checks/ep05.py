@@ -257,8 +257,10 @@ def _q2_alternatives(case):
         "you took peak1 as the fixed part, but peak1 already includes the activations of b1 samples: the "
         "fixed part is peak1 - per_sample * b1.": [_q2_expected(*case, fixed_from=p1),
                                                     _q2_expected(*case, fixed_from=p2)],
-        "when not even one sample fits, return 0, not a negative batch.":
-            [math.floor((budget - (Fraction(p1) - per_sample * b1)) / per_sample)],
+        "when not even one sample fits, return 0, not a negative batch.":     # rounded by floor, int() or round
+            [rounding((budget - (Fraction(p1) - per_sample * b1)) / per_sample)
+             for rounding in (math.floor, math.trunc, round, math.ceil)]
+            if _q2_expected(*case) == 0 else [],
     }
 
 
