@@ -391,7 +391,20 @@ def _integer_share(model, optimizer, loss_fn, X, y, micro_batch):
     return total
 
 
+def _mean_of_means(model, optimizer, loss_fn, X, y, micro_batch):
+    """Right gradients, but the loss returned counts each micro-batch once, whatever its size."""
+    optimizer.zero_grad()
+    means = []
+    for xb, yb in zip(X.split(micro_batch), y.split(micro_batch)):
+        loss = loss_fn(model(xb), yb)
+        (loss * (len(xb) / len(X))).backward()
+        means.append(loss.item())
+    optimizer.step()
+    return sum(means) / len(means)
+
+
 Q2_WRONG = {
+    "returns the mean of micro-batch means": (_mean_of_means, ["each micro-batch", "len(xb) / len(X)"]),
     "loss not scaled": (make_accumulation(scale="none"), ["sum over the micro-batches", "len(xb) / len(X)"]),
     "divided by the number of micro-batches": (make_accumulation(scale="count"), ["unequal size", "len(xb) / len(X)"]),
     "zero_grad inside the loop": (make_accumulation(zero="inside"), ["only the last micro-batch", "zero_grad"]),
@@ -404,7 +417,7 @@ Q2_WRONG = {
     "one backward on the summed losses": (make_accumulation(keep="tensors"),
                                           ["activations stayed in memory", "loss.detach()"]),
     "returns the loss tensor": (make_accumulation(ret="tensor"), ["float", "float(total)"]),
-    "returns the last micro-batch's loss": (make_accumulation(ret="last"), ["mean loss", "not just the last"]),
+    "returns the last micro-batch's loss": (make_accumulation(ret="last"), ["mean loss", "only the last"]),
     "returns nothing": (lambda *args: make_accumulation()(*args) and None, ["returned None"]),
     "X.chunk(micro_batch): micro_batch pieces": (_chunked, ["ran 64 times", "X.chunk(n)", "X.split(micro_batch)"]),
     "integer division for the share": (_integer_share, ["every gradient was zero", "len(xb) // len(X)"]),

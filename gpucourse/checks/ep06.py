@@ -426,6 +426,33 @@ def _peak_of(fn):
     return peak, result
 
 
+def _q2_loss_mistake(value, make_model, loss_fn, X, y, micro) -> str:
+    """Which way of adding up the micro-batch losses gives ``value``: each is recomputed, not guessed."""
+    import torch
+
+    model = make_model()                      # the weights before the step, as the learner's loss saw them
+    with torch.no_grad():
+        parts = [(loss_fn(model(xb), yb).item(), len(xb) / len(X)) for xb, yb in zip(X.split(micro), y.split(micro))]
+    means, shares = [m for m, _ in parts], [s for _, s in parts]
+    candidates = {
+        "you averaged the micro-batch losses, each micro-batch counted once: the shorter last micro-batch "
+        "weighs as much as a full one. Add up each micro-batch's loss weighted by len(xb) / len(X), the same "
+        "weighted losses you call backward() on.": sum(means) / len(means),
+        "you added up the micro-batch losses without their weights len(xb) / len(X): that is a sum over the "
+        "micro-batches, not the batch's mean loss.": sum(means),
+        "you returned only the last micro-batch's loss; add up every micro-batch's weighted loss "
+        "(loss.detach()), not only the last one.": means[-1] * shares[-1],
+        "you returned only the last micro-batch's loss (unweighted); add up every micro-batch's loss weighted "
+        "by len(xb) / len(X), not only the last one.": means[-1],
+        "you returned only the first micro-batch's loss; add up every micro-batch's weighted loss.": means[0] * shares[0],
+    }
+    for message, candidate in candidates.items():
+        if math.isclose(value, candidate, rel_tol=1e-4, abs_tol=1e-6):
+            return message
+    return ("add up every micro-batch's loss weighted by len(xb) / len(X) (loss.detach(), or loss.item()) "
+            "and return that sum as a float.")
+
+
 def _check_accumulation(accumulated_step):
     import torch
 
@@ -527,8 +554,8 @@ def _check_accumulation(accumulated_step):
                         "float(total) (or total.item()) once, at the end.")
         value = as_number(f"the loss that {what} returned", result)
         if not math.isclose(value, full_loss, rel_tol=1e-4, abs_tol=1e-6):
-            raise Wrong(f"{what} returned {value:.6g}, but the batch's mean loss is {full_loss:.6g}: add up "
-                        "every micro-batch's weighted loss (loss.detach()), not just the last one.")
+            raise Wrong(f"{what} returned {value:.6g}, but the batch's mean loss is {full_loss:.6g}: "
+                        + _q2_loss_mistake(value, make_model, loss_fn, X, y, micro))
     return ("the optimizer received the full batch's gradients (equal sizes, a shorter last micro-batch, one part "
             "only), the model never saw more than micro_batch rows, and only one micro-batch's activations were "
             "alive at a time.")
