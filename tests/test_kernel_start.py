@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -172,3 +174,28 @@ def test_the_module_is_a_sphinx_extension_that_installs_the_provisioner(stock_pr
 def test_a_socket_path_too_long_for_ipc_falls_back_to_tcp(tmp_path):
     assert _kernelstart.ipc_possible(Path("/tmp/jk-abc")) is (sys.platform != "win32")
     assert not _kernelstart.ipc_possible(tmp_path / ("x" * 120))
+
+
+def test_as_a_sphinx_extension_it_makes_myst_nbs_kernels_race_free(tmp_path):
+    """The book's path: Sphinx -> myst-nb -> jupyter-cache -> nbclient, in the build's process."""
+    pytest.importorskip("myst_nb")
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "conf.py").write_text(
+        'extensions = ["myst_nb", "gpucourse._kernelstart"]\nnb_execution_mode = "cache"\n'
+        f'nb_execution_cache_path = {str(tmp_path / "cache")!r}\n'
+        "nb_execution_raise_on_error = True\n")
+    code = ("import json, ipykernel.connect\n"
+            "print('transport:', json.loads(ipykernel.connect.get_connection_info())['transport'])")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Page"),
+                                         nbformat.v4.new_code_cell(code)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, source / "index.ipynb")
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(source),
+                           str(tmp_path / "out")], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "transport: ipc" in (tmp_path / "out" / "index.html").read_text()
