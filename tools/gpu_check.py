@@ -205,6 +205,9 @@ def run_notebook(path: Path, timeout: float, figures_file: Path, quick: bool = F
     env.pop("GPUCOURSE_QUICK", None)  # the machine's own size, never the test size ...
     if quick:
         env["GPUCOURSE_QUICK"] = "1"  # ... unless this is the smoke pass
+    from gpucourse import _kernelstart
+
+    _kernelstart.install()  # kernels over IPC: no TCP port another process could take first
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", startup_timeout=180,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()

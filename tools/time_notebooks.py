@@ -25,6 +25,9 @@ from coursetools import ROOT, notebooks
 
 def run(path: Path, timeout: int) -> float:
     nb = nbformat.read(path, as_version=4)
+    from gpucourse import _kernelstart
+
+    _kernelstart.install()  # kernels over IPC: no TCP port another process could take first
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
