@@ -23,9 +23,9 @@ Three more things happen on the way, so that every episode gets them:
   Blackwell's sm_120) is hidden from it before its runtime starts, with one printed sentence;
   TensorFlow then runs on the CPU and PyTorch keeps the GPU. ``tensorflow_gpus`` lists what is
   left.
-* ``import_tensorflow(optional=True)`` returns None, with one printed sentence, where TensorFlow
-  is not installed (a PyTorch-only GPU node or cluster): an episode guards its TensorFlow cells
-  with ``HAS_TF = tf is not None`` and runs all its PyTorch cells.
+* ``has_tensorflow()`` says False, with one printed sentence, where TensorFlow is not installed
+  (a PyTorch-only GPU node or cluster): an episode guards its TensorFlow cells with ``HAS_TF``
+  and runs all its PyTorch cells.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import sys
 #: Why TensorFlow's GPUs were hidden from it in this process (None: they were not).
 _hidden_because: str | None = None
 
-MISSING_TENSORFLOW = ("TensorFlow is not installed here, so this episode's TensorFlow cells say so and "
-                      "skip; every PyTorch cell runs.")
+MISSING_TENSORFLOW = ("TensorFlow is not installed here: this episode's TensorFlow cells are skipped "
+                      "(each says so), and every PyTorch cell runs.")
 
 
 @contextlib.contextmanager
@@ -104,19 +104,18 @@ def tensorflow_gpus(tf) -> list:
     return [] if _hidden_because else tf.config.list_physical_devices("GPU")
 
 
-def import_tensorflow(optional: bool = False):
+def import_tensorflow():
     """``import tensorflow as tf``, minus the C++ start-up log lines, in a safe order.
-
-    Parameters
-    ----------
-    optional : bool
-        Return None, printing ``MISSING_TENSORFLOW``, where TensorFlow is not installed,
-        instead of raising ``ModuleNotFoundError``.
 
     Returns
     -------
-    module or None
-        The ``tensorflow`` module (None only with ``optional=True``).
+    module
+        The ``tensorflow`` module.
+
+    Raises
+    ------
+    ModuleNotFoundError
+        Where TensorFlow is not installed, saying how to install it.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import_triton_first()
@@ -126,9 +125,26 @@ def import_tensorflow(optional: bool = False):
 
             tf.config.list_physical_devices("GPU")
     except ModuleNotFoundError as exc:
-        if not optional or exc.name != "tensorflow":
+        if exc.name != "tensorflow":
             raise
-        print(MISSING_TENSORFLOW)
-        return None
+        raise ModuleNotFoundError(f"{exc}: this cell needs TensorFlow (pip install tensorflow, or "
+                                  "tensorflow[and-cuda] for an NVIDIA GPU on Linux)",
+                                  name="tensorflow") from None
     _hide_gpus_tensorflow_cannot_use(tf)
     return tf
+
+
+def has_tensorflow() -> bool:
+    """True where TensorFlow imports; elsewhere False, after printing ``MISSING_TENSORFLOW``.
+
+    An episode asks once, ``HAS_TF = has_tensorflow()``, then ``tf = import_tensorflow() if
+    HAS_TF else None``, and guards its TensorFlow cells with ``if HAS_TF:``.
+    """
+    try:
+        import_tensorflow()
+    except ModuleNotFoundError as exc:
+        if exc.name != "tensorflow":      # TensorFlow is there but one of its own imports failed
+            raise
+        print(MISSING_TENSORFLOW)
+        return False
+    return True

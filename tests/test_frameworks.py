@@ -110,12 +110,22 @@ def test_listing_and_device_details_do_not_start_the_runtime():
     assert "started only by the first operation" in done.stdout
 
 
-def test_without_tensorflow_an_optional_import_says_so(monkeypatch, capsys):
+def test_without_tensorflow_has_tensorflow_says_so(monkeypatch, capsys):
+    assert frameworks.has_tensorflow() and capsys.readouterr().out == ""
     monkeypatch.setitem(sys.modules, "tensorflow", None)    # `import tensorflow` now fails
-    assert frameworks.import_tensorflow(optional=True) is None
+    assert frameworks.has_tensorflow() is False
     assert capsys.readouterr().out.strip() == frameworks.MISSING_TENSORFLOW
     with pytest.raises(ModuleNotFoundError):
         frameworks.import_tensorflow()
+
+
+def test_a_broken_tensorflow_is_not_reported_as_missing(monkeypatch):
+    def broken():
+        raise ModuleNotFoundError("No module named 'ml_dtypes'", name="ml_dtypes")
+
+    monkeypatch.setattr(frameworks, "import_tensorflow", broken)
+    with pytest.raises(ModuleNotFoundError, match="ml_dtypes"):
+        frameworks.has_tensorflow()
 
 
 def _fake_triton(folder: Path) -> Path:
@@ -158,3 +168,72 @@ def test_a_failed_compile_on_an_old_gpu_names_triton_s_supported_range():
 def test_a_version_without_numbers_is_refused():
     with pytest.raises(ValueError, match="'nightly'"):
         features._version_tuple("nightly")
+
+
+# --------------------------------------------------------------------------- without TensorFlow
+# A line that only the episode's last PyTorch cells print, after its first TensorFlow cell.
+LAST_PYTORCH_OUTPUT = {
+    "02-finding-your-gpu": "Running in Colab:",
+    "07-faster-training": "torch.compile, training step",
+    "08-feeding-the-gpu": "of which torch ops on the CPU side",
+    "09-more-than-one-gpu": "(weak scaling)",
+}
+
+
+@pytest.fixture
+def without_tensorflow(tmp_path, monkeypatch):
+    """Kernels started from here find no TensorFlow and no Keras, as on a PyTorch-only machine
+    (``importlib.util.find_spec`` says None and ``import`` raises ModuleNotFoundError)."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['tensorflow'] = None\nsys.modules['keras'] = None\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
+    monkeypatch.setenv("GPUCOURSE_QUICK", "1")
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "1")
+
+
+def _execute(name: str):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(ROOT / "episodes" / f"{name}.ipynb", as_version=4)
+    for cell in nb.cells:                # outputs kept for nbval must not count as run here
+        if cell.cell_type == "code":
+            cell.execution_count, cell.outputs = None, []
+    client = NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(ROOT / "episodes")}})
+    return nb, client
+
+
+def _text(nb) -> str:
+    return "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def test_the_blocker_hides_tensorflow(without_tensorflow):
+    done = subprocess.run([sys.executable, "-c", "import importlib.util\n"
+                           "print(importlib.util.find_spec('tensorflow'))\nimport keras"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "None" and "ModuleNotFoundError" in done.stderr
+
+
+@pytest.mark.parametrize("name", sorted(LAST_PYTORCH_OUTPUT))
+def test_every_pytorch_cell_runs_without_tensorflow(name, without_tensorflow):
+    nb, client = _execute(name)
+    client.execute()                     # raises CellExecutionError at the first failing cell
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count for c in code), "a code cell did not run"
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    text = _text(nb)
+    assert frameworks.MISSING_TENSORFLOW in text
+    assert "Skipped: TensorFlow is not installed here." in text
+    assert LAST_PYTORCH_OUTPUT[name] in text
+
+
+def test_the_all_keras_episode_stops_at_its_first_cell_saying_why(without_tensorflow):
+    from nbclient.exceptions import CellExecutionError
+
+    nb, client = _execute("04-keras-cnn")
+    with pytest.raises(CellExecutionError, match="this cell needs TensorFlow"):
+        client.execute()
+    ran = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.execution_count]
+    first_code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"][:2]
+    assert ran == first_code             # the setup cell, then the import that stops
