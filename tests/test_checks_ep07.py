@@ -120,7 +120,13 @@ def _divides_by_hand(model, optimizer, scaler, X, y, device_type, dtype, max_nor
     return loss.item()
 
 
+def _own_scaler(model, optimizer, scaler, X, y, device_type, dtype, max_norm):
+    """Right steps, on a GradScaler made here instead of the one passed in."""
+    return amp_step(model, optimizer, torch.amp.GradScaler(device_type), X, y, device_type, dtype, max_norm)
+
+
 Q1_WRONG = {
+    "a GradScaler made inside the function": (_own_scaler, ["GradScaler", "the scaler passed in"]),
     "no autocast": (_amp_variant(autocast=False), ["without autocast"]),
     "cuda device_type on a CPU machine": (_amp_variant(device_type="cuda"), ["device_type", "not 'cuda'"]),
     "hard-coded float16": (_amp_variant(dtype=torch.float16), ["dtype=dtype", "hard-coding"]),

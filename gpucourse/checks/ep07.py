@@ -153,6 +153,25 @@ def _same_update(a, b):
 _Q1_CASES = ((0, "bfloat16", 0.05), (7, "float16", 0.2))   # seed, autocast dtype, max_norm
 
 
+@contextlib.contextmanager
+def _new_scalers_counted():
+    """Yield a list that gets one entry per ``torch.amp.GradScaler`` made inside the block."""
+    import torch
+
+    made, cls = [], torch.amp.GradScaler
+    original = cls.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(f"{type(self).__module__}.{type(self).__name__}")
+        original(self, *args, **kwargs)
+
+    cls.__init__ = counting_init
+    try:
+        yield made
+    finally:
+        cls.__init__ = original
+
+
 def _check_amp_step(amp_step):
     import torch
 
@@ -165,8 +184,9 @@ def _check_amp_step(amp_step):
             p.grad = torch.full_like(p, _STALE)
         before = [p.detach().clone() for p in model.parameters()]
         X_before, y_before = snapshot(X), snapshot(y)
-        result = _call(amp_step, model, optimizer, _SpyScaler(log), X, y, "cpu", dtype, max_norm,
-                       what=f"amp_step(model, optimizer, scaler, X, y, 'cpu', {dtype}, max_norm={max_norm})")
+        with _new_scalers_counted() as made:
+            result = _call(amp_step, model, optimizer, _SpyScaler(log), X, y, "cpu", dtype, max_norm,
+                           what=f"amp_step(model, optimizer, scaler, X, y, 'cpu', {dtype}, max_norm={max_norm})")
         if isinstance(result, torch.Tensor):
             raise Wrong("amp_step returned a tensor; return the loss as a Python float with loss.item().")
         loss_value = as_number("the loss amp_step returned", result)
@@ -185,6 +205,15 @@ def _check_amp_step(amp_step):
         if any(enabled for _, enabled in backwards):
             raise Wrong("backward() ran inside the autocast block: close the with-block after the loss, then "
                         "scaler.scale(loss).backward() outside it (backward passes under autocast are not recommended).")
+        spy_calls = {"scale", "unscale_", "scaler.step", "update", "get_scale"} & set(calls)
+        if made and not spy_calls:
+            raise Wrong(f"amp_step made a GradScaler of its own ({made[0]} made during the call) and never used the "
+                        "scaler passed in: a new scaler starts from its initial scale every step and forgets what "
+                        "it learned about overflows. Use the scaler passed in (scaler.scale, scaler.step, "
+                        "scaler.update); the training loop makes it once.")
+        if "optimizer.step" in calls and not spy_calls:
+            raise Wrong("the scaler passed in was never used and you called optimizer.step() yourself: call "
+                        "scaler.scale(loss).backward(), scaler.step(optimizer) and scaler.update() on it.")
         if "optimizer.step" in calls:
             raise Wrong("you called optimizer.step() yourself: with a GradScaler call scaler.step(optimizer), which "
                         "skips the step if the gradients contain inf or NaN.")
