@@ -183,6 +183,18 @@ def test_q3_right_and_stub():
     assert ep09.q3.outcome(lambda m, w, b: ____)[0] == "not-done"
 
 
+def _none_for_one_process(model, world_size, bandwidth_gb_s):
+    if world_size == 1:
+        return None                      # nothing to exchange: the idea is right, the value is not a number
+    return allreduce_seconds(model, world_size, bandwidth_gb_s)
+
+
+def test_q3_none_for_one_process_is_a_wrong_value_not_unfinished():
+    result, message = ep09.q3.outcome(_none_for_one_process)
+    assert result == "wrong", (result, message)
+    assert "0.0" in message and "None" in message and "forget" not in message, message
+
+
 Q3_WRONG = [
     (lambda m, w, b: 2 * _bytes(m) / (b * 1e9), ["(world_size - 1) / world_size"]),
     (lambda m, w, b: _factor(w) / 2 * _bytes(m) / (b * 1e9), ["factor 2"]),

@@ -308,7 +308,14 @@ def _check_allreduce(fn):
         numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
         given = copy.deepcopy(model)
         before = snapshot(given)
-        got = as_number(what, _call(fn, given, world, bw, what=what, explain=_explain_q3))
+        raw = _call(fn, given, world, bw, what=what, explain=_explain_q3, none_ok=True)
+        if raw is None and world == 1:      # the right idea (nothing to exchange), but not a time
+            raise Wrong(f"{what} returned None. With one process there is indeed nothing to exchange, so the "
+                        "all-reduce takes no time: return 0.0 seconds, a number the caller can add to a step's "
+                        "time, not None.")
+        if raw is None:
+            raise NotDone(f"{what} returned None: did you forget `return`?")
+        got = as_number(what, raw)
         changed = changes(before, given)
         if changed:
             raise Wrong(f"{what} changed the model it was given ({changed}): in the notebook that changes your "
