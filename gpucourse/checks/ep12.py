@@ -1,0 +1,388 @@
+"""Checks for episode 12, "Your first GPU kernels".
+
+``q1`` a masked, strided Triton kernel (``a * x + y``) · ``q2`` a fused Triton kernel
+(``relu(x + residual) * scale``) and the bytes it saves · ``q3`` a tiled ``tl.dot`` matmul
+with a bias and ReLU after it, accumulated in float32 · ``q4`` a Numba CUDA kernel that sums
+each block in shared memory.
+
+Every check runs the learner's kernel on the CPU, whatever the machine has: Triton kernels in
+the interpreter with :mod:`gpucourse.kernels`' guards (every address checked against the
+tensors passed, bfloat16 refused), Numba kernels in the CUDA simulator with each block's
+threads run one at a time in both orders (:func:`gpucourse.kernels.thread_order`), so that a
+missing ``syncthreads`` shows every time. Shapes are not multiples of the block, and some
+inputs are strided views. Outputs start as NaN, so a position no program writes is seen.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from .. import kernels
+from ..exercises import NotDone, Exercise, Wrong, as_number, describe, require_function, \
+    solution_link
+from ..exercises import call_answer as _call
+
+NOTEBOOK = "12-gpu-kernels.ipynb"
+if not torch.cuda.is_available():
+    os.environ.setdefault(kernels.INTERPRET_ENV, "1")     # before triton is first imported
+    os.environ.setdefault(kernels.SIMULATOR_ENV, "1")
+
+
+FILLER = 1000.0   # between the elements of a strided view: a kernel that reads it is seen
+
+
+def _spaced(values: torch.Tensor, step: int = 1) -> torch.Tensor:
+    """``values`` in a buffer of its own with filler around it (and between, for ``step`` > 1):
+    a view whose neighbours in memory belong to no tensor, so a stray address is caught."""
+    flat = values.reshape(-1)
+    buffer = torch.full((flat.numel() * step + 64,), FILLER, dtype=values.dtype)
+    view = buffer[32:32 + flat.numel() * step:step]
+    view.copy_(flat)
+    return view
+
+
+def _launch(kernel, grid, args, what: str, **constexprs):
+    """Run a learner's Triton kernel in the guarded interpreter; name what went wrong."""
+    require_function(kernel, what.split("[")[0])
+    try:
+        runnable = kernels.interpreted(kernel)
+    except TypeError as exc:
+        raise Wrong(str(exc)) from None
+    try:
+        runnable[grid](*args, **constexprs)
+    except NotDone:
+        raise
+    except Exception as exc:           # noqa: BLE001 - the learner's kernel may raise anything
+        guard = kernels.guard_error(exc)
+        if isinstance(guard, kernels.OutOfBounds):
+            raise Wrong(f"{what}: missing mask. {guard}") from None
+        if isinstance(guard, kernels.Bf16InInterpreter):
+            raise Wrong(f"{what}: bfloat16 in the interpreter. {guard}") from None
+        text = str(exc)
+        if "____" in text or "_Blank" in text:
+            raise NotDone("your kernel still uses ____: replace it with your code.") from None
+        raise Wrong(f"{what} raised {type(exc).__name__}: {text[:300]}") from None
+
+
+def _unwritten(out: torch.Tensor) -> str | None:
+    missing = torch.nonzero(torch.isnan(out.reshape(-1))).reshape(-1)
+    if missing.numel() == 0:
+        return None
+    first, last = int(missing[0]), int(missing[-1])
+    return f"{missing.numel()} of {out.numel()} outputs were never written (positions {first}..{last})"
+
+
+# --- q1: a * x + y on strided vectors ---------------------------------------------------------
+
+_Q1_FIXTURES = [  # n, BLOCK, stride of x, stride of y, a
+    (1000, 128, 1, 1, 2.0),
+    (77, 32, 3, 1, -0.5),      # x is every third element of its buffer
+    (256, 64, 2, 5, 1.5),      # a multiple of the block, both strided
+    (5, 64, 1, 2, 3.0),        # smaller than one block
+]
+
+
+def _q1_case(kernel, n, block, sx, sy, a, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x, y = _spaced(torch.randn(n, generator=gen), sx), _spaced(torch.randn(n, generator=gen), sy)
+    out = _spaced(torch.full((n,), float("nan")))
+    what = f"axpy_kernel[(cdiv({n}, {block}),)] with stride_x={sx}, stride_y={sy}"
+    _launch(kernel, (triton_cdiv(n, block),), (x, y, out, n, sx, sy, a), what, BLOCK=block)
+    return x, y, out, what
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check_axpy(kernel):
+    require_function(kernel, "axpy_kernel")
+    for seed, (n, block, sx, sy, a) in enumerate(_Q1_FIXTURES):
+        x, y, out, what = _q1_case(kernel, n, block, sx, sy, a, seed)
+        expected = a * x + y
+        if torch.allclose(out, expected, atol=1e-5, equal_nan=False):
+            continue
+        unwritten = _unwritten(out)
+        if unwritten and torch.isnan(out[:min(block, n)]).all() and n > block:
+            raise Wrong(f"{what}: {unwritten}, the whole first block: the program id is off by "
+                        "one. Program 0 handles positions 0 .. BLOCK-1: offsets = pid * BLOCK + "
+                        "tl.arange(0, BLOCK).")
+        if unwritten:
+            raise Wrong(f"{what}: {unwritten}. Each program starts BLOCK positions after the "
+                        "one before: offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), "
+                        "and the grid has cdiv(n, BLOCK) programs.")
+        x_flat = x.as_strided((n,), (1,))      # what a kernel that ignores the stride reads
+        y_flat = y.as_strided((n,), (1,))
+        for name, guess in (("stride_x", a * x_flat + y), ("stride_y", a * x + y_flat),
+                            ("stride_x and stride_y", a * x_flat + y_flat)):
+            if torch.allclose(out, guess, atol=1e-5, equal_nan=True):
+                raise Wrong(f"{what}: wrong stride: your kernel reads neighbouring elements, "
+                            f"not every {name}-th one. Multiply the offsets by {name} when you "
+                            "load: element i of x is at x_ptr + i * stride_x.")
+        if torch.allclose(out, x + a * y, atol=1e-5):
+            raise Wrong(f"{what}: you computed x + a * y; the exercise asks for a * x + y.")
+        worst = int((out - expected).abs().argmax())
+        raise Wrong(f"{what}: out[{worst}] is {out[worst].item():.4g}, expected "
+                    f"{expected[worst].item():.4g} (a * x + y with a = {a}).")
+    return (f"right on {len(_Q1_FIXTURES)} launches: ragged sizes, one smaller than a block, "
+            "strided x and y, and no address outside the tensors.")
+
+
+q1 = Exercise("ep12.q1", _check_axpy,
+              hint=("Which positions does program `pid` own, and which of them exist when n is "
+                    "not a multiple of BLOCK? Where in memory is element i of a strided x?",
+                    "offsets = program id × BLOCK + arange(BLOCK); mask = offsets < n; load x at "
+                    "x_ptr + offsets × stride_x and y likewise, with the mask; store a·x + y at "
+                    "out_ptr + offsets with the same mask."),
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q2: a fused kernel, and the bytes it saves ---------------------------------------------
+
+_Q2_FIXTURES = [  # rows, cols, extra columns in x's rows, extra in residual's, scale
+    (6, 100, 0, 0, 2.0),
+    (5, 37, 11, 0, -0.5),      # x is a slice of wider rows; a negative scale
+    (3, 64, 0, 7, 1.5),        # the residual is the strided one
+]
+ELEMENTWISE_STEPS = "x + residual, relu, * scale"
+
+
+def _rows(values: torch.Tensor, extra: int) -> torch.Tensor:
+    rows, cols = values.shape
+    wide = torch.full((rows, cols + extra), FILLER)
+    wide[:, :cols] = values
+    return _spaced(wide).view(rows, cols + extra)[:, :cols]
+
+
+def _check_fused(kernel, bytes_saved):
+    require_function(kernel, "add_relu_scale_kernel")
+    require_function(bytes_saved, "bytes_saved")
+    for seed, (rows, cols, ex, er, scale) in enumerate(_Q2_FIXTURES):
+        gen = torch.Generator().manual_seed(10 + seed)
+        x = _rows(torch.randn(rows, cols, generator=gen), ex)
+        r = _rows(torch.randn(rows, cols, generator=gen), er)
+        out = _rows(torch.full((rows, cols), float("nan")), 3)
+        block = 1 << (cols - 1).bit_length()
+        what = (f"add_relu_scale_kernel[({rows},)] on {rows} × {cols} rows "
+                f"(stride_x={x.stride(0)}, stride_r={r.stride(0)}, scale={scale})")
+        _launch(kernel, (rows,), (x, r, out, cols, x.stride(0), r.stride(0), out.stride(0), scale),
+                what, BLOCK=block)
+        expected = torch.relu(x + r) * scale
+        if torch.allclose(out, expected, atol=1e-5):
+            continue
+        unwritten = _unwritten(out)
+        if unwritten:
+            raise Wrong(f"{what}: {unwritten}. One program per row: row = tl.program_id(0), "
+                        "columns tl.arange(0, BLOCK) masked by cols < n_cols.")
+        if torch.allclose(out, torch.relu((x + r) * scale), atol=1e-5):
+            raise Wrong(f"{what}: you scaled before the ReLU; with scale = {scale} that differs. "
+                        "The order is relu(x + residual), then * scale.")
+        if torch.allclose(out, (torch.relu(x) + r) * scale, atol=1e-5):
+            raise Wrong(f"{what}: you applied the ReLU to x alone; add the residual first.")
+        flat = lambda t: t.as_strided(t.shape, (t.shape[1], 1))   # noqa: E731 - rows n_cols apart
+        for name, guess in (("stride_x", torch.relu(flat(x) + r) * scale),
+                            ("stride_r", torch.relu(x + flat(r)) * scale)):
+            if torch.allclose(out, guess, atol=1e-5, equal_nan=True):
+                raise Wrong(f"{what}: wrong stride: your rows start n_cols apart, but this "
+                            f"tensor's rows are {name} = {x.stride(0) if name == 'stride_x' else r.stride(0)} "
+                            f"elements apart. Row r starts at ptr + r * {name}.")
+        worst = divmod(int((out - expected).abs().argmax()), cols)
+        raise Wrong(f"{what}: out{list(worst)} is {out[worst].item():.4g}, expected "
+                    f"{expected[worst].item():.4g} = relu(x + residual) * scale.")
+    _check_bytes(bytes_saved)
+    return ("a fused kernel right on strided rows, and the bytes: eager PyTorch moves 7 tensors' "
+            "worth (three kernels), the fused one 3, so it saves 4 × rows × cols × itemsize.")
+
+
+_Q2_BYTES = [(1024, 4096, 4), (300, 77, 2), (8, 8, 4)]
+
+
+def _check_bytes(bytes_saved):
+    for rows, cols, itemsize in _Q2_BYTES:
+        what = f"bytes_saved({rows}, {cols}, {itemsize})"
+        got = as_number(what, _call(bytes_saved, rows, cols, itemsize, what=what))
+        n = rows * cols
+        if got == 4 * n * itemsize:
+            continue
+        ratio = got / (n * itemsize)
+        if got == 4 * n:
+            raise Wrong(f"{what} returned {got:g}: elements, not bytes. Multiply by the itemsize "
+                        f"({itemsize} bytes per element).")
+        if got == 4 * rows * cols * 4 and itemsize != 4:
+            raise Wrong(f"{what} returned {got:g}: you assumed 4 bytes per element; use itemsize.")
+        named = {7: "everything the eager chain moves; subtract what the fused kernel moves (3)",
+                 3: "what the fused kernel moves; the question is what it saves (eager minus fused)",
+                 -4: "fused minus eager: the other way round",
+                 2: "only one intermediate tensor's write and read; eager has two (after the add "
+                    "and after the ReLU)",
+                 4.0 / 7: "a fraction, not a number of bytes",
+                 5: "a count that misses one read: the add reads x and the residual, the ReLU and "
+                    "the scaling read one tensor each"}
+        for k, why in named.items():
+            if abs(ratio - k) < 1e-9:
+                raise Wrong(f"{what} returned {got:g} = {ratio:g} × rows × cols × itemsize: {why}.")
+        raise Wrong(f"{what} returned {got:g}; count each kernel's reads and writes of a "
+                    f"{rows} × {cols} tensor ({ELEMENTWISE_STEPS}: eager is three kernels).")
+
+
+q2 = Exercise("ep12.q2", _check_fused,
+              hint=("Where does row r of a tensor start when its rows are not packed? And for the "
+                    "bytes: which tensors does each of eager PyTorch's three kernels read and "
+                    "write, and which does the fused kernel?",
+                    "One program per row: row = program id, cols = arange(BLOCK) masked by n_cols; "
+                    "load at ptr + row × stride + cols for x and the residual, compute relu then "
+                    "scale, store at out_ptr + row × stride_out + cols. Eager moves 3 + 2 + 2 "
+                    "tensors, fused 2 + 1; multiply the difference by rows × cols × itemsize."),
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q3: a tiled matmul with a bias and ReLU, accumulated in float32 -----------------------
+
+_Q3_FIXTURES = [  # M, N, K, B transposed?
+    (40, 24, 200, False),
+    (33, 17, 50, True),        # ragged in every direction; B a transposed view
+    (16, 48, 16, False),
+]
+BM = BN = BK = 16
+
+
+def _check_linear(kernel):
+    require_function(kernel, "linear_relu_kernel")
+    for seed, (M, N, K, transposed) in enumerate(_Q3_FIXTURES):
+        gen = torch.Generator().manual_seed(20 + seed)
+        x = _spaced(torch.randn(M, K, generator=gen).half()).view(M, K)
+        w = torch.randn(N, K, generator=gen).half()
+        w = _spaced(w).view(N, K).t() if transposed else _spaced(w.t().contiguous()).view(K, N)
+        b = _spaced(torch.randn(N, generator=gen))
+        out = _spaced(torch.full((M, N), float("nan"))).view(M, N)
+        what = (f"linear_relu_kernel on M={M}, N={N}, K={K}" +
+                (" with w a transposed view" if transposed else ""))
+        grid = (triton_cdiv(M, BM), triton_cdiv(N, BN))
+        _launch(kernel, grid, (x, w, b, out, M, N, K, *x.stride(), *w.stride(), *out.stride()),
+                what, BM=BM, BN=BN, BK=BK)
+        exact = x.float() @ w.float()
+        expected = torch.relu(exact + b)
+        scale = expected.abs().max().item()
+        error = (out - expected).abs().max().item()
+        if error <= 1e-4 * scale:
+            continue
+        unwritten = _unwritten(out)
+        if unwritten:
+            raise Wrong(f"{what}: {unwritten}. Program (i, j) computes the tile of rows "
+                        "i·BM … and columns j·BN …: program_id(0) for rows, program_id(1) for "
+                        "columns, as the grid (cdiv(M, BM), cdiv(N, BN)) has them.")
+        if error <= 5e-2 * scale:
+            raise Wrong(f"{what}: off by up to {error:.3g} (results are up to {scale:.3g}): a "
+                        "16-bit accumulator. Summing hundreds of products in float16 loses "
+                        "digits; start from tl.zeros((BM, BN), dtype=tl.float32) and keep the "
+                        "sum in float32 until the store.")
+        if torch.allclose(out, exact + b, atol=1e-2 * scale):
+            raise Wrong(f"{what}: the ReLU is missing: negative results must become 0.")
+        if torch.allclose(out, torch.relu(exact), atol=1e-2 * scale):
+            raise Wrong(f"{what}: the bias is missing: add b[columns] to each row.")
+        raise Wrong(f"{what}: results differ from relu(x @ w + b) by up to {error:.3g} (results "
+                    f"up to {scale:.3g}). With w a transposed view, use both of w's strides; "
+                    "with K not a multiple of BK, mask the last slab in K.")
+    return ("right on ragged shapes and a transposed w, with a float32 accumulator: tl.dot on "
+            "tensor cores from sm_80, on FMAs on a T4 (section 5).")
+
+
+q3 = Exercise("ep12.q3", _check_linear,
+              hint=("Which tile of the output is program (i, j)'s, which slabs along K does it "
+                    "add up, and in what precision does the sum live?",
+                    "rows = i·BM + arange(BM), cols = j·BN + arange(BN); loop k over K in steps "
+                    "of BK, load masked slabs of x and w with their strides, acc += tl.dot(...) "
+                    "with acc float32 from tl.zeros; after the loop add the bias of the columns, "
+                    "take the ReLU, store with a mask on rows and columns."),
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q4: block sums in shared memory, in Numba ------------------------------------------------
+
+TPB = 16                                   # threads per block the check launches with
+_Q4_FIXTURES = [50, 16, 37]   # n (Numba copies only contiguous arrays to a GPU, so no strides)
+
+
+def _simulated(kernel):
+    """The learner's ``@cuda.jit`` kernel as the CUDA simulator runs it."""
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    if isinstance(kernel, FakeCUDAKernel):
+        return kernel
+    fn = getattr(kernel, "py_func", None)
+    if fn is None:
+        raise Wrong(f"expected a @cuda.jit kernel, got {describe(kernel)}: put @cuda.jit "
+                    "above its def.")
+    return FakeCUDAKernel(fn, device=False)
+
+
+def _check_block_sums(kernel):
+    require_function(kernel, "block_sums")
+    runnable = _simulated(kernel)
+    tpb = getattr(getattr(runnable, "fn", None), "__globals__", {}).get("TPB", TPB)
+    if tpb != TPB:
+        raise Wrong(f"your TPB is {tpb!r}; the check launches {TPB} threads per block: keep "
+                    f"TPB = {TPB}.")
+    for seed, n in enumerate(_Q4_FIXTURES):
+        x = np.random.default_rng(30 + seed).standard_normal(n).astype(np.float32)
+        blocks = -(-n // TPB)
+        expected = np.array([x[i * TPB:(i + 1) * TPB].sum() for i in range(blocks)])
+        what = f"block_sums[{blocks}, {TPB}] on {n} values"
+        results = {}
+        for order in ("forward", "reverse"):
+            out = np.full(blocks, np.nan, dtype=np.float32)
+            try:
+                with kernels.thread_order(order):
+                    runnable[blocks, TPB](x, out)
+            except IndexError as exc:
+                raise Wrong(f"{what}: the simulator stopped a thread that indexed past the end: "
+                            f"{exc}. Threads past the end of x (the last block's) must not read "
+                            "it: give them 0 instead.") from None
+            except TimeoutError as exc:
+                raise Wrong(f"{what}: {exc}") from None
+            except Exception as exc:     # noqa: BLE001 - the learner's kernel may raise anything
+                if "____" in str(exc) or "_Blank" in str(exc):
+                    raise NotDone("your kernel still uses ____: replace it with your code.") from None
+                raise Wrong(f"{what} raised {type(exc).__name__}: {str(exc)[:300]}") from None
+            results[order] = out
+        right = {order: np.allclose(out, expected, atol=1e-4) for order, out in results.items()}
+        if all(right.values()):
+            continue
+        if any(right.values()) or not np.allclose(results["forward"], results["reverse"],
+                                                  atol=1e-4, equal_nan=True):
+            raise Wrong(f"{what}: a race. With the threads of each block run in index order the "
+                        f"sums are {_show(results['forward'])}, in reverse order "
+                        f"{_show(results['reverse'])}; expected {_show(expected)}. A thread "
+                        "reads shared memory another thread writes: put cuda.syncthreads() "
+                        "between every write to the shared array and the reads that need it, "
+                        "including inside the loop.")
+        got = results["forward"]
+        if np.isnan(got).any():
+            raise Wrong(f"{what}: out[{int(np.flatnonzero(np.isnan(got))[0])}] was never "
+                        "written: one thread of each block (thread 0) writes the block's sum to "
+                        "out[cuda.blockIdx.x].")
+        if blocks > 1 and np.allclose(got, expected[0], atol=1e-4):
+            raise Wrong(f"{what}: every block summed the first {TPB} values: block b starts at "
+                        "b * blockDim.x (cuda.grid(1) gives the global index).")
+        raise Wrong(f"{what}: sums {_show(got)}, expected {_show(expected)}.")
+    return (f"right in both thread orders on {len(_Q4_FIXTURES)} vectors (ragged and whole blocks): the "
+            "barriers are where they must be.")
+
+
+def _show(values) -> str:
+    return "[" + ", ".join(f"{v:.3g}" for v in np.asarray(values)[:4]) + \
+        (", …]" if len(values) > 4 else "]")
+
+
+q4 = Exercise("ep12.q4", _check_block_sums,
+              hint=("Which element does each thread copy into shared memory, what should a "
+                    "thread past the end of x copy, and when may a thread read what another one "
+                    "wrote?",
+                    "i = cuda.grid(1); t = cuda.threadIdx.x; shared[t] = x[i] if i < x.size "
+                    "else 0; syncthreads; then halve a step s from TPB // 2: threads t < s add "
+                    "shared[t + s] into shared[t], with a syncthreads after each step; thread 0 "
+                    "writes shared[0] to out[cuda.blockIdx.x]."),
+              solution=solution_link(NOTEBOOK))

@@ -1,0 +1,480 @@
+"""Write GPU kernels with or without a GPU (episode 12).
+
+On a CUDA GPU, Triton kernels compile and Numba CUDA kernels run on the device. Without one,
+Triton's interpreter (``TRITON_INTERPRET=1``) and Numba's CUDA simulator
+(``NUMBA_ENABLE_CUDASIM=1``) run the same kernels on the CPU, for correctness only: both run
+one program (or one thread) after another in Python, so their timings mean nothing.
+:func:`setup` chooses and must run before ``@triton.jit`` and ``numba.cuda`` are first used.
+
+The interpreter has two traps this module turns into errors that say what happened:
+
+* it does not check addresses: a load or store without a mask reads or overwrites whatever
+  memory lies past a tensor. :func:`guard_interpreter` checks every address a kernel touches
+  against the tensors it was given, and names the program and the tensor (``OutOfBounds``);
+* it computes ``bfloat16`` as 16-bit integers and returns wrong numbers without a word
+  (``x + x`` on ``[1, 2, 3, 0.5]`` gave ``[1.7e38, -0.0, -1.2e-38, 4.3e37]`` with triton
+  3.7.1); a bfloat16 tensor or cast raises ``Bf16InInterpreter`` instead.
+
+Also: which triton/numpy pairs have a working interpreter (:func:`interpreter_pair_problem`),
+compiling a kernel for a GPU it does not need (:func:`compile_ptx`, with ``GPUTarget``), and
+what ``tl.dot`` became there (:func:`instruction_mix`, :func:`dot_unit`); a deterministic
+thread order for the simulator that exposes a missing ``syncthreads`` (:func:`thread_order`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+INTERPRET_ENV = "TRITON_INTERPRET"
+SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"
+#: The triton that torch 2.13's CUDA wheel pins (its ``requires_dist``); requirements.txt pins it.
+TRITON_PIN = "3.7.1"
+#: Compute capabilities of the three GPUs the episode compiles for.
+TARGETS = {"T4": (7, 5), "A100": (8, 0), "H100": (9, 0)}
+
+
+class KernelSetupError(RuntimeError):
+    """Triton or Numba cannot run kernels here as installed; the message says what to do."""
+
+
+class OutOfBounds(IndexError):
+    """A kernel in the interpreter touched memory outside every tensor it was given."""
+
+
+class Bf16InInterpreter(TypeError):
+    """bfloat16 in Triton's interpreter, which computes it wrongly without an error."""
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+def interpreter_pair_problem(triton_version: str, numpy_version: str) -> str | None:
+    """Why this triton/numpy pair cannot run loops in the interpreter, or None if it can.
+
+    NumPy 2.4 made converting an array of one element with ``int()`` an error; triton's
+    interpreter did that for every loop bound until 3.7.0 (triton-lang/triton#9171, fixed by
+    #9172). Colab pairs triton 3.6 with NumPy 2.1, which works.
+    """
+    if _release(triton_version)[:2] < (3, 7) and _release(numpy_version)[:2] >= (2, 4):
+        return (f"triton {triton_version}'s interpreter fails on every loop with NumPy "
+                f"{numpy_version} ('only 0-dimensional arrays can be converted to Python "
+                "scalars', triton-lang/triton#9171): install triton>=3.7 or numpy<2.4 "
+                f"(the course pins triton=={TRITON_PIN} with numpy 2.4.6), then restart.")
+    return None
+
+
+@dataclass(frozen=True)
+class KernelMode:
+    """How this session runs kernels: ``triton`` and ``numba`` are "compiled" or "simulated"."""
+
+    triton: str
+    numba: str
+
+    def describe(self) -> str:
+        if self.triton == "compiled":
+            return "Triton compiles for this GPU; Numba runs on it" + (
+                "." if self.numba == "compiled" else " only in its simulator.")
+        return ("No CUDA GPU: Triton kernels run in its interpreter and Numba kernels in its CUDA "
+                "simulator, on the CPU, for correctness. Their timings mean nothing here.")
+
+
+def setup(gpu_available: bool) -> KernelMode:
+    """Run kernels on the GPU if there is one, else in the interpreter and the simulator.
+
+    Call it before the first ``@triton.jit`` and before ``from numba import cuda``: the
+    interpreter is chosen when a kernel is decorated, the simulator when ``numba.cuda`` is
+    first imported.
+
+    Parameters
+    ----------
+    gpu_available : bool
+        ``torch.cuda.is_available()``.
+    """
+    import numpy
+    import torch
+
+    if not gpu_available:
+        os.environ[INTERPRET_ENV] = "1"      # before triton decorates its own library
+    try:
+        import triton
+    except ImportError:
+        raise KernelSetupError(
+            "triton is not installed: torch's CPU wheels do not bring it. Install the version "
+            f"torch's CUDA wheel pins (pip install triton=={TRITON_PIN}), then restart. Triton has "
+            "wheels for Linux only: on macOS or Windows, run this episode in Colab, on Kaggle or "
+            "in WSL2.") from None
+    nvidia = gpu_available and torch.version.hip is None
+    if not gpu_available:
+        problem = interpreter_pair_problem(triton.__version__, numpy.__version__)
+        if problem:
+            raise KernelSetupError(problem)
+        if not library_interpreted():
+            raise KernelSetupError(
+                f"triton was imported before {INTERPRET_ENV}=1 was set, so its own functions "
+                "(tl.max, tl.sum, ...) cannot run in the interpreter: restart the kernel and "
+                "run kernels.setup() before anything imports triton.")
+        guard_interpreter()
+    if not nvidia:
+        if "numba.cuda" in sys.modules and os.environ.get(SIMULATOR_ENV) != "1":
+            raise KernelSetupError("numba.cuda was imported before kernels.setup(); restart the "
+                                   "kernel and run the cells in order.")
+        os.environ[SIMULATOR_ENV] = "1"
+    return KernelMode("interpreted" if not gpu_available else "compiled",
+                      "compiled" if nvidia else "simulated")
+
+
+def library_interpreted() -> bool:
+    """Whether triton's own ``@jit`` functions (``tl.max``, ...) were made for the interpreter:
+    they are decorated when triton is first imported, so only if it was interpreting then."""
+    from triton.language import standard
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(standard.max, InterpretedFunction)
+
+
+# ---- guards for the interpreter ----------------------------------------------------------
+
+_launch = threading.local()      # the tensors of the launch that is running: (name, start, end)
+
+
+def _ranges(names, args, kwargs) -> list[tuple[str, int, int]]:
+    found = []
+    for name, arg in [*zip(names, args), *kwargs.items()]:
+        if hasattr(arg, "data_ptr") and hasattr(arg, "stride") and arg.numel():
+            # the elements of the view, not its whole storage: a slice's neighbours are not its own
+            last = sum((size - 1) * abs(step) for size, step in zip(arg.shape, arg.stride()))
+            found.append((name, arg.data_ptr(), arg.data_ptr() + (last + 1) * arg.element_size()))
+    return found
+
+
+def _refuse_bf16(names, args, kwargs) -> None:
+    import torch
+
+    for name, arg in [*zip(names, args), *kwargs.items()]:
+        if getattr(arg, "dtype", None) == torch.bfloat16:
+            raise Bf16InInterpreter(
+                f"{name} is a bfloat16 tensor, and Triton's interpreter computes bfloat16 as "
+                "16-bit integers: the results would be wrong without an error. Use float32 or "
+                "float16 on the CPU; bfloat16 kernels need a GPU of compute capability 8.0+.")
+
+
+def _check_addresses(builder, ptrs, mask, verb: str) -> None:
+    import numpy as np
+
+    ranges = getattr(_launch, "ranges", None)
+    if not ranges:
+        return
+    size = np.dtype(_np_dtype(ptrs.get_element_ty())).itemsize
+    addresses = np.broadcast_to(ptrs.data, mask.data.shape)[mask.data.astype(bool)]
+    addresses = addresses.astype(np.uint64).ravel()
+    inside = np.zeros(addresses.shape, dtype=bool)
+    for _, start, end in ranges:
+        inside |= (addresses >= start) & (addresses + size <= end)
+    if inside.all():
+        return
+    bad = int(addresses[~inside][0])
+    name, start, end = min(ranges, key=lambda r: min(abs(bad - r[1]), abs(bad - r[2])))
+    where = (f"{(bad - end) // size + 1} element(s) past the end of {name}" if bad >= end else
+             f"{(start - bad + size - 1) // size} element(s) before the start of {name}")
+    raise OutOfBounds(
+        f"program {tuple(builder.grid_idx)} {verb} {int((~inside).sum())} element(s) outside every "
+        f"tensor it was given, the first {where}. Mask the {verb[:-1]} (mask=offsets < n) so "
+        "that the lanes past the end do nothing: on a GPU this reads or overwrites someone "
+        "else's memory, or stops the program with an illegal address.")
+
+
+def _np_dtype(triton_dtype):
+    from triton.runtime import interpreter
+
+    return interpreter._get_np_dtype(triton_dtype)
+
+
+def _is_bf16(triton_dtype) -> bool:
+    import triton.language as tl
+
+    return getattr(triton_dtype, "scalar", triton_dtype) == tl.bfloat16
+
+
+_BF16_SENTENCE = ("Triton's interpreter computes bfloat16 as 16-bit integers, so this kernel "
+                  "would return wrong numbers without an error. Keep float32 (or float16) on the "
+                  "CPU; try bfloat16 on a GPU of compute capability 8.0 or newer.")
+
+
+@functools.lru_cache(maxsize=None)
+def guard_interpreter() -> bool:
+    """Make Triton's interpreter check addresses and refuse bfloat16 (once per process)."""
+    from triton.runtime import interpreter
+
+    builder, executor = interpreter.InterpreterBuilder, interpreter.GridExecutor
+    load, store, cast = (builder.create_masked_load, builder.create_masked_store,
+                         builder.cast_impl)
+    call = executor.__call__
+
+    def checked_load(self, ptrs, mask, other, *rest):
+        if _is_bf16(ptrs.get_element_ty()):
+            raise Bf16InInterpreter("the kernel loads bfloat16 values. " + _BF16_SENTENCE)
+        _check_addresses(self, ptrs, mask, "loads")
+        return load(self, ptrs, mask, other, *rest)
+
+    def checked_store(self, ptrs, value, mask, *rest):
+        _check_addresses(self, ptrs, mask, "stores")
+        return store(self, ptrs, value, mask, *rest)
+
+    def checked_cast(self, src, dst_type):
+        if _is_bf16(dst_type):
+            raise Bf16InInterpreter("the kernel converts values to bfloat16. " + _BF16_SENTENCE)
+        return cast(self, src, dst_type)
+
+    def checked_call(self, *args, **kwargs):
+        _refuse_bf16(self.arg_names, args, kwargs)
+        outer = getattr(_launch, "ranges", None)
+        _launch.ranges = _ranges(self.arg_names, args, kwargs)
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            _launch.ranges = outer
+
+    builder.create_masked_load, builder.create_masked_store = checked_load, checked_store
+    builder.cast_impl, executor.__call__ = checked_cast, checked_call
+    return True
+
+
+def guard_error(exc: BaseException) -> BaseException | None:
+    """The ``OutOfBounds`` or ``Bf16InInterpreter`` behind an interpreter error, if any."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, (OutOfBounds, Bf16InInterpreter)):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def interpreted(kernel):
+    """``kernel`` as the interpreter runs it, whether it was decorated with or without one."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if isinstance(kernel, InterpretedFunction):
+        return kernel
+    fn = getattr(kernel, "fn", None)
+    if fn is None:
+        raise TypeError(f"expected a @triton.jit kernel, got {type(kernel).__name__}: put "
+                        "@triton.jit above its def.")
+    guard_interpreter()
+    return InterpretedFunction(fn)
+
+
+# ---- what a kernel becomes on a GPU ------------------------------------------------------
+
+_TRITON_TYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int32": "i32",
+                 "int64": "i64", "int8": "i8", "uint8": "u8", "bool": "i1"}
+
+
+def signature(kernel, *args, **constexprs) -> dict:
+    """Triton's signature of ``kernel`` for these example arguments (tensors give pointers)."""
+    fn = getattr(kernel, "fn", kernel)
+    names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
+    if len(args) + len(constexprs) != len(names):
+        raise TypeError(f"{fn.__name__} takes {len(names)} arguments ({', '.join(names)}); "
+                        f"got {len(args)} values and constexprs {sorted(constexprs)}.")
+    sig = {}
+    for name, arg in zip(names, args):
+        if hasattr(arg, "dtype") and hasattr(arg, "data_ptr"):
+            sig[name] = "*" + _TRITON_TYPES[str(arg.dtype).removeprefix("torch.")]
+        elif isinstance(arg, bool) or not isinstance(arg, (int, float)):
+            raise TypeError(f"argument {name}={arg!r}: pass a tensor, an int or a float.")
+        else:
+            sig[name] = "i32" if isinstance(arg, int) else "fp32"
+    sig.update({name: "constexpr" for name in names[len(args):]})
+    return sig
+
+
+_CHILD = r"""
+import importlib.util, json, pathlib, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+jobs = json.loads(sys.stdin.read())
+out = []
+folder = pathlib.Path(tempfile.mkdtemp(prefix="gpucourse-kernels-"))
+for i, job in enumerate(jobs):
+    path = folder / f"kernel_{i}.py"                # triton reads a kernel's source from its file
+    path.write_text(job["source"])
+    spec = importlib.util.spec_from_file_location(f"kernel_{i}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kernel = getattr(module, job["name"])
+    major, minor = job["capability"]
+    source = ASTSource(kernel, job["signature"], constexprs=job["constexprs"])
+    compiled = triton.compile(source, target=GPUTarget("cuda", 10 * major + minor, 32),
+                              options={"num_warps": job["num_warps"]})
+    out.append(compiled.asm["ptx"])
+sys.stdout.write(json.dumps(out))
+"""
+
+
+def _job(kernel, capability, args, constexprs, num_warps) -> dict:
+    import inspect
+    import textwrap
+
+    fn = getattr(kernel, "fn", kernel)
+    source = textwrap.dedent(inspect.getsource(fn))
+    header = "import triton\nimport triton.language as tl\n"
+    return {"source": header + source, "name": fn.__name__,
+            "capability": list(capability), "signature": signature(fn, *args, **constexprs),
+            "constexprs": constexprs, "num_warps": num_warps}
+
+
+_ptx_cache: dict[str, str] = {}
+
+
+def compile_many(jobs: list[tuple]) -> list[str]:
+    """PTX for each ``(kernel, capability, args, constexprs)``; see :func:`compile_ptx`.
+
+    Triton's compiler cannot run in a process whose triton interprets (its own library was
+    made for the interpreter), so there the kernels' source is compiled in a child process
+    with the interpreter off; elsewhere, here.
+    """
+    import json
+    import subprocess
+
+    specs = [_job(kernel, cap, args, cx, 4) for kernel, cap, args, cx in jobs]
+    keys = [json.dumps(spec, sort_keys=True) for spec in specs]
+    todo = [spec for key, spec in zip(keys, specs) if key not in _ptx_cache]
+    if todo:
+        env = {k: v for k, v in os.environ.items() if k != INTERPRET_ENV}
+        done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(todo),
+                              capture_output=True, text=True, env=env, timeout=600)
+        if done.returncode:
+            last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
+            raise RuntimeError(f"compiling {', '.join(sorted({s['name'] for s in todo}))} "
+                               f"failed: {last}")
+        for spec, ptx in zip(todo, json.loads(done.stdout)):
+            _ptx_cache[json.dumps(spec, sort_keys=True)] = ptx
+    return [_ptx_cache[key] for key in keys]
+
+
+def compile_ptx(kernel, capability: tuple[int, int], *args, **constexprs) -> str:
+    """The PTX Triton writes for ``kernel`` on a GPU of ``capability``, with no GPU needed.
+
+    ``args`` are example arguments (tensors for pointers: only their dtype matters), and
+    ``constexprs`` the block sizes. The same call works with triton 3.6 (Colab) and 3.7:
+    ``triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 75, 32))``.
+    """
+    return compile_many([(kernel, capability, args, constexprs)])[0]
+
+
+#: PTX instructions that say which unit did the multiply-adds.
+MIX = {"fma.rn.f32": "CUDA-core FMA (fp32)", "mma.sync": "tensor cores (mma.sync, sm_80+)",
+       "wgmma": "tensor cores (wgmma, sm_90)"}
+
+
+def instruction_mix(ptx: str) -> dict[str, int]:
+    """How many of each instruction in :data:`MIX` the PTX holds (plus global loads/stores)."""
+    mix = {name: len(re.findall(rf"^\s*(?:@%p\d+\s+)?{re.escape(name)}", ptx, re.M))
+           for name in MIX}
+    mix["ld.global"] = len(re.findall(r"^\s*(?:@!?%p\d+\s+)?ld\.global", ptx, re.M))
+    mix["st.global"] = len(re.findall(r"^\s*(?:@!?%p\d+\s+)?st\.global", ptx, re.M))
+    return mix
+
+
+def dot_unit(mix: dict[str, int]) -> str:
+    """Where the multiply-adds of ``tl.dot`` ran, read from an :func:`instruction_mix`."""
+    if mix.get("wgmma"):
+        return "tensor cores (wgmma)"
+    if mix.get("mma.sync"):
+        return "tensor cores (mma.sync)"
+    return "CUDA cores (fma)" if mix.get("fma.rn.f32") else "no multiply-adds"
+
+
+def tensor_core_dot(capability: tuple[int, int], triton_version: str | None = None) -> bool:
+    """Whether ``tl.dot`` uses tensor cores there, by the course's feasibility model."""
+    from . import feasibility
+
+    if triton_version is None:
+        import triton
+
+        triton_version = triton.__version__
+    return feasibility.feature_available("triton_tensor_core_dot", capability,
+                                         {"triton": triton_version})
+
+
+# ---- bytes moved -------------------------------------------------------------------------
+
+def elementwise_bytes(elements: int, reads: int, writes: int, itemsize: int = 4) -> int:
+    """Bytes a chain of elementwise kernels moves: every read and every write of a tensor."""
+    return (reads + writes) * elements * itemsize
+
+
+# ---- Numba's simulator, threads in an order of our choosing --------------------------------
+
+def _wait_until(predicate, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("a simulated thread neither finished nor reached syncthreads "
+                               f"within {seconds:g} s: is there a loop that never ends?")
+        time.sleep(0)
+
+
+def _ordered_run(order: str):
+    """A ``BlockManager.run`` that runs the threads of a block one at a time, each until it
+    reaches ``syncthreads`` or ends, in index order ("forward") or reversed ("reverse")."""
+    import numpy as np
+
+    def run(self, grid_point, *args):
+        from numba.cuda.simulator import kernel as sim
+
+        points = list(np.ndindex(*self._block_dim))
+        points = points[::-1] if order == "reverse" else points
+        threads = []
+
+        def settle(thread):
+            _wait_until(lambda: thread.syncthreads_blocked or not thread.is_alive())
+            if thread.exception:
+                for other in threads:
+                    other.abort, other.syncthreads_blocked = True, False
+                    other.syncthreads_event.set()
+                raise thread.exception[0].with_traceback(thread.exception[1])
+
+        for point in points:
+            thread = sim.BlockThread(lambda: self._f(*args), self, grid_point, point,
+                                     self._debug)
+            threads.append(thread)
+            thread.start()
+            settle(thread)
+        while any(t.is_alive() for t in threads):
+            for thread in threads:
+                if thread.is_alive() and thread.syncthreads_blocked:
+                    thread.syncthreads_blocked = False
+                    thread.syncthreads_event.set()
+                    settle(thread)
+    return run
+
+
+@contextlib.contextmanager
+def thread_order(order: str = "forward"):
+    """Inside, Numba's simulator runs each block's threads one at a time, in index order or
+    reversed, each until it reaches ``cuda.syncthreads()`` or ends.
+
+    A kernel that reads what another thread wrote without a ``syncthreads`` in between gets
+    the value only in one of the two orders: run it in both, and a race shows every time
+    rather than now and then.
+    """
+    if order not in ("forward", "reverse"):
+        raise ValueError(f"order must be 'forward' or 'reverse', not {order!r}.")
+    from numba.cuda.simulator import kernel as sim
+
+    original = sim.BlockManager.run
+    sim.BlockManager.run = _ordered_run(order)
+    try:
+        yield
+    finally:
+        sim.BlockManager.run = original
