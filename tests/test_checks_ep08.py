@@ -207,6 +207,28 @@ def _dtype_mistake(labels_as_int):
     return train
 
 
+def _float32_statistics(model, X, y, steps, batch_size):
+    """The right loop, but the table is made float32 before its mean and std are taken (NumPy, float32)."""
+    import numpy as np
+
+    Xf = X.astype(np.float32)
+    return _on_table(model, torch.from_numpy((Xf - Xf.mean(axis=0)) / Xf.std(axis=0)), y, steps, batch_size)
+
+
+def _on_table(model, X_std, y, steps, batch_size):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    y_t = torch.from_numpy(y).float()
+    n_batches, losses = len(X_std) // batch_size, []
+    for step in range(steps):
+        first = (step % n_batches) * batch_size
+        optimizer.zero_grad()
+        loss = loss_fn(model(X_std[first:first + batch_size]).squeeze(1), y_t[first:first + batch_size])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses).tolist()
+
+
 Q1_WRONG = {
     "labels left as integers": (_dtype_mistake(labels_as_int=True), ["labels are integers", ".float()"]),
     "table left in float64": (_dtype_mistake(labels_as_int=False), ["mixed dtypes", "float64", ".float()"]),
@@ -238,6 +260,8 @@ Q1_WRONG = {
                                                                   ["every table", "whole table", "all of X"]),
     "remembers results instead of training": (make_memoising(), ["no cached results"]),
     "torch.std with its default n - 1": (_variant(torch_std=1), ["n - 1", "correction=0"]),
+    # the right rule, but the statistics computed from the float32 table: a rounding-level difference
+    "mean and std computed in float32": (_float32_statistics, ["float32", "float64", "rounding"]),
     "mixed devices": (lambda m, X, y, s, b: (_ for _ in ()).throw(RuntimeError(
         "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!")),
         ["mixed devices", "next(model.parameters()).device"]),

@@ -135,14 +135,21 @@ def _explain_error(device):
     return explain
 
 
-def _reference_losses(original, X, y, steps, batch, device, ddof):
-    """The right losses computed quickly, with the standard deviation divided by n - ``ddof``."""
+def _reference_losses(original, X, y, steps, batch, device, ddof, *, statistics=np.float64, model_out=None):
+    """The right losses computed quickly, with the standard deviation divided by n - ``ddof``.
+
+    ``statistics``: the dtype of the table the mean and std are taken from (slow_train's is float64).
+    ``model_out``: a list that receives the trained model.
+    """
     import torch
     from torch import nn
 
     model = copy.deepcopy(original).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    X_std = torch.from_numpy((X - X.mean(axis=0)) / X.std(axis=0, ddof=ddof)).float().to(device)
+    table = X.astype(statistics)
+    X_std = torch.from_numpy((table - table.mean(axis=0)) / table.std(axis=0, ddof=ddof)).float().to(device)
+    if model_out is not None:
+        model_out.append(model)
     y_t = torch.from_numpy(y).float().to(device)
     n_batches = len(X) // batch
     losses = []
@@ -163,6 +170,22 @@ def _same_loss(g, w, tol) -> bool:
 
 def _same_losses(got, want, tol):
     return all(_same_loss(g, w, tol) for g, w in zip(got, want))
+
+
+_FLOAT32_STATISTICS = (
+    "your loop matches slow_train up to rounding: it takes the mean and std of a float32 copy of X, and "
+    "slow_train takes them of the float64 table and converts the standardised table to float32 after. "
+    "Over the steps that rounding moves the weights by more than the check allows: standardise in NumPy "
+    "(float64) first, then .float(), as slow_train does.")
+
+
+def _float32_statistics(original, X, y, steps, batch, device, got, params, tol) -> bool:
+    """True if the answer's losses and weights are those of a table standardised from float32 statistics."""
+    trained = []
+    losses = _reference_losses(original, X, y, steps, batch, device, ddof=0, statistics=np.float32,
+                               model_out=trained)
+    return _same_losses(got, losses, tol) and all(
+        tensors_close(p, q.detach().cpu(), rtol=1e-4, atol=1e-5) for p, q in zip(params, trained[0].parameters()))
 
 
 def _run_case(fast_train, seed, n, batch, steps, device):
@@ -203,6 +226,8 @@ def _run_case(fast_train, seed, n, batch, steps, device):
                 raise Wrong("your standard deviation divides by n - 1, the original's by n: torch.std (like "
                             "pandas) uses correction=1 by default, np.std uses ddof=0. Use "
                             "Xt.std(0, correction=0), or standardise with NumPy as slow_train does.")
+            if _float32_statistics(original, X, y, steps, batch, device, got, params, tol):
+                raise Wrong(_FLOAT32_STATISTICS)
             if i == len(X) // batch:
                 raise Wrong(f"loss {i} is {g:.6g}, the original loop's is {w:.6g}: the losses part at step {i}, the "
                             f"first after the last full batch ({len(X):,} rows, batches of {batch}). slow_train "
@@ -219,6 +244,8 @@ def _run_case(fast_train, seed, n, batch, steps, device):
                         "not what.")
     for p, q in zip(params, ref_params):
         if not tensors_close(p, q, rtol=1e-4, atol=1e-5):
+            if _float32_statistics(original, X, y, steps, batch, device, got, params, tol):
+                raise Wrong(_FLOAT32_STATISTICS)
             raise Wrong("the losses match but the trained weights differ from the original loop's: every step must "
                         "update the model you were given, exactly as slow_train does.")
 
