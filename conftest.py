@@ -38,6 +38,12 @@ from gpucourse import _kernelstart  # noqa: E402 - after sys.path and the enviro
 
 _kernelstart.install()
 
+# Tests import TensorFlow (and Keras) in many places; with PyPI's CUDA build of PyTorch, Triton
+# imported after TensorFlow 2.21 ends the process. Triton first, once, for every test process.
+from gpucourse.frameworks import import_triton_first  # noqa: E402
+
+import_triton_first()
+
 EXPECTED_OUTCOME = {"solutions": "correct", "exercises": "not-done"}
 
 

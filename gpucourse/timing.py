@@ -68,7 +68,9 @@ def synchronizer(device) -> Callable[[], None]:
 
         return torch.xpu.synchronize
     if "gpu" in name:
-        import tensorflow as tf
+        from .frameworks import import_tensorflow
+
+        tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
 
         return tf.test.experimental.sync_devices
     if "cpu" in name:

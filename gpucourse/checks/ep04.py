@@ -211,7 +211,9 @@ Q2_SHAPES = [(6, 4), (3, 5), (5, 5)]
 
 
 def _kind(name: str) -> str:
-    import tensorflow as tf
+    from ..frameworks import import_tensorflow
+
+    tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
 
     return (tf.DeviceSpec.from_string(name).device_type or "").upper()
 
@@ -219,7 +221,9 @@ def _kind(name: str) -> str:
 @contextlib.contextmanager
 def _strict_placement():
     """Soft placement off for the duration; the setting the caller had afterwards."""
-    import tensorflow as tf
+    from ..frameworks import import_tensorflow
+
+    tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
 
     before = tf.config.get_soft_device_placement()
     tf.config.set_soft_device_placement(False)
@@ -232,7 +236,9 @@ def _strict_placement():
 @contextlib.contextmanager
 def _pretend_gpu():
     """``tf.config.list_{logical,physical}_devices`` report one GPU more than exists."""
-    import tensorflow as tf
+    from ..frameworks import import_tensorflow
+
+    tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
 
     real_logical, real_physical = tf.config.list_logical_devices, tf.config.list_physical_devices
     fake_logical = tf.config.LogicalDevice(name="/device:GPU:0", device_type="GPU")
@@ -267,7 +273,9 @@ def _placement_error(exc) -> tuple[str, str] | None:
 
 def _q2_run(cpu_reference, x, what: str, *, outer: str | None):
     """Call ``cpu_reference(x)`` with soft placement off, inside ``tf.device(outer)`` if given."""
-    import tensorflow as tf
+    from ..frameworks import import_tensorflow
+
+    tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
 
     with _strict_placement():
         try:
@@ -300,7 +308,9 @@ def _q2_unpinned_ops(cpu_reference, x: np.ndarray, outer: str) -> list[str]:
     CPU. Traced into a graph, each operation keeps the device it requested: '' when none. An answer
     that cannot be traced (it calls .numpy(), say) is judged by its eager runs alone.
     """
-    import tensorflow as tf
+    from ..frameworks import import_tensorflow
+
+    tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
 
     try:
         with answer_deadline("cpu_reference(x)"), tf.device(outer):
@@ -318,7 +328,9 @@ def _q2_unpinned_ops(cpu_reference, x: np.ndarray, outer: str) -> list[str]:
 
 
 def _q2_result_mistake(result, x: np.ndarray, what: str) -> str | None:
-    import tensorflow as tf
+    from ..frameworks import import_tensorflow
+
+    tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
 
     n, m = x.shape
     if isinstance(result, np.ndarray):
@@ -380,7 +392,9 @@ def _check_device_type(device_type, extra_names) -> None:
 
 
 def _check_q2(cpu_reference, device_type):
-    import tensorflow as tf
+    from ..frameworks import import_tensorflow
+
+    tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
 
     require_function(cpu_reference, "cpu_reference")
     require_function(device_type, "device_type")
@@ -444,7 +458,9 @@ Q3_BATCHES, Q3_PREP_S, Q3_STEP_S = 12, 0.03, 0.05
 
 
 def _no_auto_prefetch(ds):
-    import tensorflow as tf
+    from ..frameworks import import_tensorflow
+
+    tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
 
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
@@ -454,7 +470,9 @@ def _no_auto_prefetch(ds):
 def q3_slow_pipeline(batches: int = Q3_BATCHES, prep_s: float = Q3_PREP_S):
     """Like the notebook's slow pipeline: each of ``batches`` elements takes ``prep_s`` seconds to make, and
     TensorFlow adds no prefetch by itself."""
-    import tensorflow as tf
+    from ..frameworks import import_tensorflow
+
+    tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
 
     def prep(i):
         time.sleep(prep_s)
