@@ -1,0 +1,439 @@
+"""Checks for episode 13, "When the model does not fit one GPU".
+
+``q1`` what each rank holds of a parameter, and what it allocates (padding) · ``q2`` which strategy lets
+a model train on given GPUs · ``q3`` the bytes a rank sends per step, DDP against ZeRO-2 and ZeRO-3 ·
+``q4`` reshard a checkpoint: a new rank's piece, and the old ranks' files it reads.
+
+Every check calls the learner's function on cases of its own, chosen so that every pair of rules the
+prompt tells apart gives different answers on at least one case (a world size that divides the rows
+and one that does not; torch.chunk's split and an as-even-as-possible one; a model that only tensor
+parallelism fits). ``q1`` and ``q4`` get their right answers from ``torch.chunk`` itself, the split
+FSDP2 uses (``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``, ``_chunk_with_empty``); ``q2`` and
+``q3`` recompute the episode's formulas. A wrong answer that a known mistake explains on every case
+(or on the most of those it got wrong) is named.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..exercises import Exercise, NotDone, Wrong, as_number, call_answer, describe, require_function, solution_link
+from .diagnosis import best_fit
+
+NOTEBOOK = "13-sharding.ipynb"
+
+
+def _rows(rows: int, world: int, how: str = "chunk") -> list[int]:
+    """Rows per rank: torch.chunk (ceil-sized chunks, the last ones short or empty), or other splits."""
+    if how == "chunk":
+        size = math.ceil(rows / world) if rows else 0
+        return [max(0, min(size, rows - r * size)) for r in range(world)]
+    if how == "even":                                   # numpy.array_split: sizes differ by at most one
+        return [rows // world + (1 if r < rows % world else 0) for r in range(world)]
+    if how == "floor":
+        return [rows // world] * world
+    if how == "ceil":
+        return [math.ceil(rows / world)] * world
+    raise ValueError(how)
+
+
+def _name_mistake(got, wrong_cases, candidates, same, what, where: str):
+    """Raise Wrong naming the candidate mistake that explains the most wrong cases, or show one case."""
+    fit = best_fit(wrong_cases, lambda c: got[c], candidates, same)
+    if fit:
+        message, explained, _ = fit
+        case = next(c for c in wrong_cases if same(got[c], candidates(c)[message]))
+        also = f" (this mistake gives your answers on {explained} of the {len(wrong_cases)} cases you got wrong)" \
+            if explained < len(wrong_cases) else ""
+        raise Wrong(f"{what(case)} returned {got[case]!r}{where}: {message}{also}")
+
+
+def _where(n_right: int, n_cases: int) -> str:
+    return f" (right for {n_right} of the {n_cases} cases)" if n_right else ""
+
+
+# --- q1: shard sizes and padding ----------------------------------------------------------------------
+
+Q1_CASES = [((256, 64), 4), ((10, 3), 4), ((5,), 4), ((1, 64), 2), ((6, 4), 4), ((7, 2, 3), 3), ((12,), 3)]
+
+
+def _q1_answer(shape, world, how="chunk", alloc="chunk"):
+    row = math.prod(shape[1:])
+    owned = [r * row for r in _rows(shape[0], world, how)]
+    numel = math.prod(shape)
+    allocated = {"chunk": math.ceil(shape[0] / world) * row, "flat": math.ceil(numel / world),
+                 "numel": numel / world, "floor": shape[0] // world * row}[alloc]
+    return owned, allocated
+
+
+def _q1_expected(shape, world):
+    """What torch.chunk gives, as FSDP2 shards: each rank's elements, and the padded size of rank 0's."""
+    import torch
+
+    chunks = list(torch.empty(shape).chunk(world, dim=0))
+    owned = [c.numel() for c in chunks] + [0] * (world - len(chunks))
+    return owned, chunks[0].numel()
+
+
+def _q1_owned_mistakes(shape, world) -> dict:
+    row, numel = math.prod(shape[1:]), math.prod(shape)
+    return {
+        "you split the rows as evenly as possible (numpy.array_split: sizes differ by one at most); torch.chunk, "
+        "which FSDP uses, gives every rank ceil(rows / world) rows until they run out, so the last ranks get "
+        "fewer or none.": [r * row for r in _rows(shape[0], world, "even")],
+        "you gave every rank rows // world rows: the remainder rows are lost; torch.chunk gives the first ranks "
+        "ceil(rows / world) rows each.": [r * row for r in _rows(shape[0], world, "floor")],
+        "you gave every rank ceil(rows / world) rows: that is what each rank allocates (padding included), not "
+        "what it holds; the last ranks hold fewer rows or none.": [r * row for r in _rows(shape[0], world, "ceil")],
+        "you divided the elements, not the rows: FSDP splits dimension 0, whole rows at a time.":
+            [numel / world] * world,
+        "you counted rows, not elements: multiply by the elements of one row (the product of the other "
+        "dimensions).": _rows(shape[0], world),
+        "that is in bytes (4 per float32 value); count elements.": [4 * r * row for r in _rows(shape[0], world)],
+    }
+
+
+def _q1_alloc_mistakes(shape, world) -> dict:
+    row, numel = math.prod(shape[1:]), math.prod(shape)
+    return {
+        "you padded the flattened tensor (ceil(elements / world), what FSDP1's flat parameter does); FSDP2 pads "
+        "whole rows: ceil(rows / world) rows on every rank.": math.ceil(numel / world),
+        "elements / world is not a whole shard: every rank allocates ceil(rows / world) whole rows.": numel / world,
+        "rows // world drops the remainder: every rank allocates ceil(rows / world) rows, padding included.":
+            shape[0] // world * row,
+        "that is the whole tensor: each rank allocates only its padded shard.": numel,
+    }
+
+
+def _check_shards(shard_numels):
+    require_function(shard_numels, "shard_numels")
+    got, wrong_owned, wrong_alloc = {}, [], []
+    for shape, world in Q1_CASES:
+        what = f"shard_numels({shape}, {world})"
+        answer = call_answer(shard_numels, shape, world, what=what)
+        if not isinstance(answer, (tuple, list)) or len(answer) != 2 or not isinstance(answer[0], (list, tuple)):
+            raise Wrong(f"{what} returned {describe(answer)}; return a pair: (a list of each rank's elements, "
+                        "the elements every rank allocates).")
+        owned, allocated = answer
+        if len(owned) != world:
+            raise Wrong(f"{what} gave {len(owned)} numbers for {world} ranks: give one per rank, 0 for a rank "
+                        "that holds nothing.")
+        owned = [as_number(f"{what}[0]", v) for v in owned]
+        allocated = as_number(f"{what}[1]", allocated)
+        expected = _q1_expected(shape, world)
+        got[(shape, world)] = (owned, allocated)
+        if owned != expected[0]:
+            wrong_owned.append((shape, world))
+        if allocated != expected[1]:
+            wrong_alloc.append((shape, world))
+    n = len(Q1_CASES)
+    what = lambda c: f"shard_numels({c[0]}, {c[1]})"  # noqa: E731
+    if wrong_owned:
+        owned_of = {c: got[c][0] for c in got}
+        if len({v for shares in owned_of.values() for v in shares}) == 1:
+            raise Wrong("your function returned the same shares for every case: compute them from the shape and "
+                        "the world size.")
+        _name_mistake(owned_of, wrong_owned, lambda c: _q1_owned_mistakes(*c), lambda a, b: list(a) == list(b),
+                      what, _where(n - len(wrong_owned), n))
+        case = wrong_owned[0]
+        raise Wrong(f"{what(case)} gave the shares {owned_of[case]}{_where(n - len(wrong_owned), n)}; expected "
+                    f"{_q1_expected(*case)[0]} (torch.chunk of dimension 0).")
+    if wrong_alloc:
+        alloc_of = {c: got[c][1] for c in got}
+        _name_mistake(alloc_of, wrong_alloc, lambda c: _q1_alloc_mistakes(*c), lambda a, b: a == b, what,
+                      _where(n - len(wrong_alloc), n))
+        if all(alloc_of[c] == got[c][0][1 % c[1]] for c in wrong_alloc):
+            raise Wrong("the second number is one rank's own share; every rank allocates the padded size, "
+                        "rank 0's share, so that the all-gather's pieces are equal.")
+        case = wrong_alloc[0]
+        raise Wrong(f"{what(case)} gave {alloc_of[case]} elements allocated per rank; expected "
+                    f"{_q1_expected(*case)[1]} (ceil(rows / world) whole rows).")
+    return (f"right on {n} shapes and world sizes. A (5,) bias on 4 ranks: shares {_q1_expected((5,), 4)[0]}, "
+            "every rank allocates 2: the last rank pads 2 elements and holds none.")
+
+
+q1 = Exercise("ep13.q1", _check_shards,
+              hint=("Along which dimension does FSDP cut a parameter, and how many rows does the first rank get "
+                    "when the rows do not divide by the world size?",
+                    "Give the first ranks the rounded-up share of rows each until the rows run out (the last "
+                    "ranks may get fewer or none), and multiply rows by the elements of one row. Every rank "
+                    "allocates the first rank's share, so that the pieces gathered are equal."),
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q2: which strategy fits ----------------------------------------------------------------------------
+
+ORDER = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "TP")
+
+
+def _per_gpu(strategy, params, largest, gpus, *, gathered=True, ddp_bytes=16, zero1_grads=False,
+             zero2_params=False):
+    n = gpus
+    return {"DDP": ddp_bytes * params,
+            "ZeRO-1": (2 + 2) * params + 12 * params / n if not zero1_grads else 2 * params + 14 * params / n,
+            "ZeRO-2": 2 * params + 14 * params / n if not zero2_params else 16 * params / n,
+            "ZeRO-3": 16 * params / n + (4 * largest if gathered else 0),
+            "TP": 16 * params / n}[strategy]
+
+
+def _q2_rule(params, largest, gpus, memory, *, order=ORDER, allow_none=True, per_all=False, **kw):
+    room = memory * (gpus if per_all else 1)
+    for strategy in order:
+        if _per_gpu(strategy, params, largest, gpus, **kw) <= room:
+            return strategy
+    return "none" if allow_none else order[-1]
+
+
+Q2_CASES = [  # (parameters, largest layer's parameters, GPUs, bytes per GPU), each with another answer
+    (1_000_000_000, 100_000_000, 8, 80e9),        # DDP: 16 GB
+    (7_000_000_000, 200_000_000, 8, 80e9),        # ZeRO-1: 28 + 10.5 GB
+    (7_000_000_000, 200_000_000, 8, 32e9),        # ZeRO-2: 14 + 12.25 GB
+    (7_000_000_000, 200_000_000, 8, 24e9),        # ZeRO-3: 14 GB + 0.8 GB gathered
+    (70_000_000_000, 8_000_000_000, 128, 16e9),   # TP: one layer gathered (32 GB) is more than a GPU
+    (70_000_000_000, 1_000_000_000, 8, 80e9),     # none: 140 GB per GPU even fully split
+    (2_000_000_000, 50_000_000, 2, 17e9),         # ZeRO-3 on two GPUs: 16 GB + 0.2 GB gathered
+]
+
+
+def _q2_mistakes(case) -> dict:
+    p, l, g, m = case
+    return {
+        "you left out the layer ZeRO-3 gathers while it computes (its bfloat16 weights and gradients, 4 bytes "
+        "per parameter of the largest layer): only tensor parallelism splits a layer itself.":
+            _q2_rule(p, l, g, m, gathered=False),
+        "you counted DDP at 4 bytes per parameter (the weights only); each GPU also holds the gradients and "
+        "Adam's state: 16 bytes per parameter.": _q2_rule(p, l, g, m, ddp_bytes=4),
+        "your ZeRO-1 shards the gradients too; that is ZeRO-2. ZeRO-1 shards only the optimizer state "
+        "(12 bytes per parameter), each GPU keeps 2 + 2 bytes of bfloat16 weights and gradients.":
+            _q2_rule(p, l, g, m, zero1_grads=True),
+        "your ZeRO-2 shards the weights too; that is ZeRO-3. ZeRO-2 keeps the 2-byte weights on every GPU.":
+            _q2_rule(p, l, g, m, zero2_params=True),
+        "you tried tensor parallelism before ZeRO-3; take the strategies in the order given (the least "
+        "communication first): ZeRO-3 whenever it fits.": _q2_rule(p, l, g, m, order=ORDER[:3] + ("TP", "ZeRO-3")),
+        "when nothing fits, return 'none'.": _q2_rule(p, l, g, m, allow_none=False),
+        "you compared with the memory of all the GPUs together; each GPU must hold its own part in its own "
+        "memory.": _q2_rule(p, l, g, m, per_all=True),
+    }
+
+
+def _normal(answer) -> str:
+    text = str(answer).strip().lower().replace(" ", "").replace("-", "").replace("_", "")
+    names = {s.lower().replace("-", ""): s for s in ORDER + ("none",)}
+    return names.get(text, text)
+
+
+def _check_strategy(strategy_that_fits):
+    require_function(strategy_that_fits, "strategy_that_fits")
+    got, wrong = {}, []
+    for case in Q2_CASES:
+        what = f"strategy_that_fits({case[0]:_}, {case[1]:_}, {case[2]}, {case[3]:.3g})"
+        raw = call_answer(strategy_that_fits, *case, what=what)
+        if not isinstance(raw, str):
+            raise Wrong(f"{what} returned {describe(raw)}; return one of {', '.join(map(repr, ORDER))} or 'none'.")
+        got[case] = _normal(raw)
+        if got[case] not in ORDER + ("none",):
+            raise Wrong(f"{what} returned {raw!r}; return one of {', '.join(map(repr, ORDER))} or 'none'.")
+        if got[case] != _q2_rule(*case):
+            wrong.append(case)
+    if wrong:
+        if len(set(got.values())) == 1:
+            raise Wrong(f"your function returned {next(iter(got.values()))!r} for every case, but the cases "
+                        "need different strategies: compute each one's bytes per GPU.")
+        what = lambda c: f"strategy_that_fits({c[0]:_}, {c[1]:_}, {c[2]}, {c[3]:.3g})"  # noqa: E731
+        _name_mistake(got, wrong, _q2_mistakes, lambda a, b: a == b, what, _where(len(got) - len(wrong), len(got)))
+        case = wrong[0]
+        raise Wrong(f"{what(case)} returned {got[case]!r}{_where(len(got) - len(wrong), len(got))}; expected "
+                    f"{_q2_rule(*case)!r}.")
+    return (f"right on {len(Q2_CASES)} models and machines. A 7B model on 8 GPUs of 24 GB needs ZeRO-3: "
+            f"{_per_gpu('ZeRO-3', 7e9, 2e8, 8) / 1e9:.1f} GB each.")
+
+
+q2 = Exercise("ep13.q2", _check_strategy,
+              hint=("For each strategy, which of the 2 + 2 + 12 bytes per parameter does a GPU keep whole, and "
+                    "which does it keep a 1/N share of?",
+                    "Work out the bytes per GPU of each strategy in the order given and pick the first that is "
+                    "no more than one GPU's memory; for ZeRO-3 add the largest layer gathered while it computes "
+                    "(its weights and gradients in bfloat16). If none fits, say so."),
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q3: communication per step ----------------------------------------------------------------------
+
+FACTORS = {"DDP": 2, "ZeRO-2": 2, "ZeRO-3": 3}     # full-size passes of a ring per step, times (N-1)/N
+
+Q3_CASES = [(6_738_415_616, 8, "ZeRO-3", 2), (6_738_415_616, 8, "DDP", 2), (134_000_000, 2, "ZeRO-2", 4),
+            (134_000_000, 64, "ZeRO-3", 4), (1_000_000, 1, "DDP", 4), (70_553_706_496, 1024, "DDP", 2),
+            (70_553_706_496, 4, "ZeRO-2", 2)]
+
+
+def _q3_bytes(n, world, strategy, size, *, factors=FACTORS, ring=True, scale=1.0):
+    share = (world - 1) / world if ring else 1
+    return factors[strategy] * share * n * size * scale
+
+
+def _q3_mistakes(case) -> dict:
+    n, world, strategy, size = case
+    right = _q3_bytes(*case)
+    return {
+        "the ring's (N − 1)/N is missing: a rank already has its own piece and sends only the others'.":
+            _q3_bytes(*case, ring=False),
+        "DDP's all-reduce passes the gradients round the ring twice (a reduce-scatter, then an all-gather): "
+        "2 (N − 1)/N of their bytes.": _q3_bytes(*case, factors=dict(FACTORS, DDP=1)),
+        "ZeRO-3 gathers every layer's weights twice (in forward, and again in backward, having freed them) and "
+        "reduce-scatters the gradients once: 3 passes.": _q3_bytes(*case, factors=dict(FACTORS, **{"ZeRO-3": 2})),
+        "ZeRO-2 keeps the gathered weights from forward to backward: one all-gather and one reduce-scatter, "
+        "2 passes, as DDP.": _q3_bytes(*case, factors=dict(FACTORS, **{"ZeRO-2": 3})),
+        "that is all the ranks together; return what one rank sends.": right * world,
+        "that is one rank's shard (1/N of the tensor); each pass sends (N − 1)/N of the whole tensor.":
+            right / (world - 1) if world > 1 else math.nan,
+        "that is in bits: bytes are 8 bits.": right * 8,
+        "that is in GB; return bytes.": right / 1e9,
+        "the bytes per value are missing: multiply the parameters by bytes_per_value.":
+            _q3_bytes(n, world, strategy, 1),
+    }
+
+
+def _close(a, b) -> bool:
+    return not math.isnan(b) and abs(a - b) <= 1e-6 * abs(b) + 1e-9
+
+
+def _check_comm(comm_bytes_per_step):
+    require_function(comm_bytes_per_step, "comm_bytes_per_step")
+    got, wrong = {}, []
+    for case in Q3_CASES:
+        what = f"comm_bytes_per_step({case[0]:_}, {case[1]}, {case[2]!r}, {case[3]})"
+        got[case] = as_number(what, call_answer(comm_bytes_per_step, *case, what=what))
+        if not _close(got[case], _q3_bytes(*case)):
+            wrong.append(case)
+    if wrong:
+        if len(set(got.values())) == 1:
+            raise Wrong(f"your function returned {next(iter(got.values())):,.6g} for every case, but the answers "
+                        "differ: compute it from the arguments.")
+        what = lambda c: f"comm_bytes_per_step({c[0]:_}, {c[1]}, {c[2]!r}, {c[3]})"  # noqa: E731
+        _name_mistake(got, wrong, _q3_mistakes, _close, what, _where(len(got) - len(wrong), len(got)))
+        if any(c[1] == 1 and got[c] != 0 for c in wrong):
+            case = next(c for c in wrong if c[1] == 1)
+            raise Wrong(f"{what(case)} returned {got[case]:,.6g}: a world of one process has nobody to send to: 0.")
+        case = wrong[0]
+        raise Wrong(f"{what(case)} returned {got[case]:,.6g}{_where(len(got) - len(wrong), len(got))}; expected "
+                    f"{_q3_bytes(*case):,.6g} bytes.")
+    return (f"right on {len(Q3_CASES)} cases. Llama 2 7B on 8 GPUs in bfloat16: DDP sends "
+            f"{_q3_bytes(6_738_415_616, 8, 'DDP', 2) / 1e9:.1f} GB per rank and step, ZeRO-3 "
+            f"{_q3_bytes(6_738_415_616, 8, 'ZeRO-3', 2) / 1e9:.1f} GB (1.5×).")
+
+
+q3 = Exercise("ep13.q3", _check_comm,
+              hint=("How many times per step does each strategy move a full-size copy of the model round the ring, "
+                    "and what share of each pass does one rank send?",
+                    "Count the passes: an all-reduce is two (reduce-scatter, then all-gather); ZeRO-2 gathers the "
+                    "weights once and reduce-scatters the gradients; ZeRO-3 gathers them again for backward. Each "
+                    "pass, a rank sends (N − 1)/N of the model's bytes: parameters times bytes per value."),
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q4: resharding a checkpoint ---------------------------------------------------------------------
+
+Q4_CASES = [((8, 3), 4, 2, 1), ((10, 2), 4, 3, 1), ((5,), 4, 2, 1), ((6, 2), 2, 4, 3), ((7, 3), 3, 4, 0),
+            ((9,), 3, 3, 2), ((12, 2), 2, 3, 2)]
+
+
+def _q4_full(shape):
+    import torch
+
+    return torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape) + 0.5
+
+
+def _q4_saved(shape, old):
+    chunks = list(_q4_full(shape).chunk(old))
+    return chunks + [_q4_full(shape)[:0]] * (old - len(chunks))
+
+
+def _bounds(rows_list):
+    starts = [sum(rows_list[:r]) for r in range(len(rows_list))]
+    return [(s, s + n) for s, n in zip(starts, rows_list)]
+
+
+def _q4_expected(shape, old, new, rank, *, how="chunk", touching=False, empty=False):
+    """The new rank's piece, and the old ranks whose saved rows overlap it (as DCP reads them)."""
+    start, stop = _bounds(_rows(shape[0], new, how))[rank]
+    sources = []
+    for r, (s, e) in enumerate(_bounds(_rows(shape[0], old))):
+        if s == e:                                           # an old rank that saved no rows
+            if empty and start <= s <= stop and start < stop:
+                sources.append(r)
+        elif start < stop and ((s <= stop and e >= start) if touching else (s < stop and e > start)):
+            sources.append(r)
+    return _q4_full(shape)[start:stop], sources
+
+
+def _q4_mistakes(case) -> dict:
+    shape, old, new, rank = case
+    return {
+        "the new shards split the rows as evenly as possible (numpy.array_split); the new run shards with "
+        "torch.chunk too: ceil(rows / new world) rows per rank until they run out.": _q4_expected(*case, how="even")[1],
+        "you listed files whose rows only touch the new piece's ends; a file is read only if its rows overlap "
+        "the piece (its first row before the piece's end, its end after the piece's first row).":
+            _q4_expected(*case, touching=True)[1],
+        "you listed every old rank: DCP reads only the files whose rows overlap this rank's new piece.":
+            list(range(old)),
+        "you listed only the old rank with this rank's number; the new piece can span several old shards.":
+            [rank] if rank < old else [],
+        "ranks that saved no rows hold nothing to read.": _q4_expected(*case, empty=True)[1],
+    }
+
+
+def _check_reshard(reshard):
+    import torch
+
+    require_function(reshard, "reshard")
+    got, wrong = {}, []
+    for case in Q4_CASES:
+        shape, old, new, rank = case
+        what = f"reshard(saved, {new}, {rank}) for a {shape} tensor saved by {old} ranks"
+        answer = call_answer(reshard, [s.clone() for s in _q4_saved(shape, old)], new, rank, what=what)
+        if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+            raise Wrong(f"{what} returned {describe(answer)}; return a pair: (the new rank's tensor, the list of "
+                        "old ranks whose shards it reads).")
+        piece, sources = answer
+        expected_piece, expected_sources = _q4_expected(*case)
+        if not torch.is_tensor(piece):
+            raise Wrong(f"{what} returned {describe(piece)} as the piece; return a tensor (empty if this rank "
+                        "gets no rows).")
+        if tuple(piece.shape) != tuple(expected_piece.shape) or not torch.equal(piece.float(), expected_piece):
+            even = _q4_full(shape)[slice(*_bounds(_rows(shape[0], new, "even"))[rank])]
+            if tuple(piece.shape) == tuple(even.shape) and torch.equal(piece.float(), even):
+                raise Wrong(f"{what} gave rows split as evenly as possible (numpy.array_split); the new run "
+                            "shards with torch.chunk: ceil(rows / new world) rows per rank until they run out.")
+            if tuple(piece.shape) == tuple(_q4_full(shape).shape):
+                raise Wrong(f"{what} returned the whole tensor; return only rank {rank}'s piece of it.")
+            if rank < old and tuple(piece.shape) == tuple(_q4_saved(shape, old)[rank].shape) and \
+                    torch.equal(piece.float(), _q4_saved(shape, old)[rank]):
+                raise Wrong(f"{what} returned the old rank {rank}'s shard; with {new} ranks instead of {old} the "
+                            "pieces are cut elsewhere: join the old shards in order, then cut the new piece.")
+            raise Wrong(f"{what} returned a piece of shape {tuple(piece.shape)}; expected shape "
+                        f"{tuple(expected_piece.shape)}, rows of the whole tensor in order.")
+        try:
+            got[case] = sorted(int(s) for s in sources)
+        except (TypeError, ValueError):
+            raise Wrong(f"{what} gave {describe(sources)} as the sources; give a list of old rank numbers.") from None
+        if got[case] != expected_sources:
+            wrong.append(case)
+    if wrong:
+        what = lambda c: f"reshard(saved, {c[2]}, {c[3]}) for a {c[0]} tensor saved by {c[1]} ranks"  # noqa: E731
+        _name_mistake(got, wrong, _q4_mistakes, lambda a, b: list(a) == list(b), what,
+                      _where(len(got) - len(wrong), len(got)))
+        case = wrong[0]
+        raise Wrong(f"{what(case)} listed the old ranks {got[case]}; expected {_q4_expected(*case)[1]}.")
+    return (f"right on {len(Q4_CASES)} reshardings, from more ranks to fewer and from fewer to more. This is what "
+            "DCP's metadata lets each rank do: read only the pieces of the files it needs.")
+
+
+q4 = Exercise("ep13.q4", _check_reshard,
+              hint=("Which rows of the whole tensor does the new rank own, and which rows did each old rank save?",
+                    "Find the new rank's first and last row with the chunk rule FSDP uses, for the new world size, take "
+                    "those rows from the old shards joined in order, and list each old rank whose saved rows "
+                    "overlap them (an empty shard overlaps nothing)."),
+              solution=solution_link(NOTEBOOK))
+
+
+__all__ = ["q1", "q2", "q3", "q4", "NotDone"]

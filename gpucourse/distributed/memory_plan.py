@@ -1,0 +1,155 @@
+"""Plan the per-GPU memory of a sharded training job at 64 to 1,024 GPUs, on one CPU process.
+
+PyTorch's own tests run FSDP at any world size in one process with a *fake* process group: a
+backend, ``"fake"``, whose collectives return at once, and ``FakeTensorMode``, whose tensors have
+shapes, dtypes and devices but no memory. FSDP2 then shards a 70-billion-parameter model as it
+would on rank ``--rank`` of ``--world`` GPUs, and this script adds up the bytes that rank would
+hold. torchtitan estimates memory this way. Both pieces are internal APIs
+(``torch.testing._internal.distributed.fake_pg``, ``torch._subclasses.fake_tensor``): when they
+move, ``plan`` says so and falls back to the closed form FSDP's sharding implies.
+
+    python -m gpucourse.distributed.memory_plan --world 64 --out plan.json
+
+Per GPU, with AdamW in float32 (episode 5's 16 bytes per parameter, sharded):
+
+* parameters, gradients, two Adam moments: this rank's shard of each (``torch.chunk`` of dim 0);
+* while a layer computes, its parameters gathered in bfloat16 and, in backward, its bfloat16
+  gradients before the reduce-scatter (two bytes each, one layer at a time, the largest counted);
+* activations are left out: they depend on the batch and sequence, as episode 10 shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from torch import nn
+
+MODELS = ("Llama-2-7B", "Llama-3.1-70B")
+INTERNAL_API = ("torch.testing._internal.distributed.fake_pg.FakeStore with backend 'fake', and "
+                "torch._subclasses.fake_tensor.FakeTensorMode")
+
+
+class Layer(nn.Module):
+    """The weights of one Llama decoder layer (attention and MLP projections, two norms)."""
+
+    def __init__(self, c: dict):
+        super().__init__()
+        h, q, kv = c["hidden_size"], c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+        self.q_proj, self.k_proj = nn.Linear(h, q, bias=False), nn.Linear(h, kv, bias=False)
+        self.v_proj, self.o_proj = nn.Linear(h, kv, bias=False), nn.Linear(q, h, bias=False)
+        inter = c["intermediate_size"]
+        self.gate_proj, self.up_proj = nn.Linear(h, inter, bias=False), nn.Linear(h, inter, bias=False)
+        self.down_proj = nn.Linear(inter, h, bias=False)
+        self.input_norm, self.post_norm = nn.Parameter(nn.init.ones_(nn.Linear(h, 1).weight[0])), None
+        self.post_norm = nn.Parameter(self.input_norm.detach().clone())
+
+
+def llama(c: dict, layers: int | None = None) -> nn.Module:
+    """A Llama model's parameters with the shapes of ``c`` (an ``llm.CONFIGS`` entry), ``layers`` of its
+    decoder layers (all of them by default)."""
+    model = nn.Module()
+    model.embed = nn.Embedding(c["vocab_size"], c["hidden_size"])
+    model.layers = nn.ModuleList(Layer(c) for _ in range(c["num_hidden_layers"] if layers is None else layers))
+    model.norm = nn.Parameter(model.embed.weight[0].detach().clone())
+    model.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
+    return model
+
+
+def closed_form(c: dict, world: int, rank: int = 0) -> dict:
+    """The same bytes without building anything: each tensor's dim 0 chunked ``world`` ways."""
+    from ..feasibility import llama_parameters
+
+    h, q, kv, inter = c["hidden_size"], c["num_attention_heads"] * c["head_dim"], \
+        c["num_key_value_heads"] * c["head_dim"], c["intermediate_size"]
+    layer = [(q, h), (kv, h), (kv, h), (h, q), (inter, h), (inter, h), (h, inter), (h,), (h,)]
+    shapes = [(c["vocab_size"], h)] + layer * c["num_hidden_layers"] + [(h,), (c["vocab_size"], h)]
+    held = sum(_chunk_rows(s[0], world, rank) * math.prod(s[1:]) for s in shapes)
+    per_layer = sum(math.prod(s) for s in layer)
+    root = 2 * c["vocab_size"] * h + h                   # embeddings, output layer, final norm
+    return _bytes(held, llama_parameters(c), max(per_layer, root), world, "closed form")
+
+
+def _chunk_rows(rows: int, world: int, rank: int) -> int:
+    """Rows of ``torch.chunk(tensor, world)[rank]`` (0 where torch.chunk gives fewer chunks)."""
+    size = math.ceil(rows / world)
+    return max(0, min(size, rows - rank * size))
+
+
+def _bytes(held: int, total: int, largest_unit: int, world: int, how: str) -> dict:
+    state = 16 * held                                     # fp32 weights + grads + 2 Adam moments
+    gathered = 2 * 2 * largest_unit                       # one unit's bf16 weights and gradients
+    return {"parameters": total, "world": world, "held": held, "state_bytes": state,
+            "gathered_bytes": gathered, "per_gpu_bytes": state + gathered, "how": how}
+
+
+def fake_plan(c: dict, world: int, rank: int) -> dict:
+    """Shard the model with FSDP2 on a fake process group of ``world`` ranks; count rank ``rank``."""
+    import torch
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    # >>> 1. a process group of `world` ranks in one process: collectives do nothing   (real: torchrun)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    # <<<
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        # >>> 2. a model with shapes but no memory, sharded as on rank `rank`   (real: real tensors)
+        with FakeTensorMode():
+            model = llama(c, layers=1)
+            for layer in model.layers:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+        # <<<
+        # every decoder layer is sharded on its own and alike: count one, times the layers
+        held_layer = sum(p.to_local().numel() for p in model.layers.parameters())
+        per_layer = sum(p.numel() for p in model.layers.parameters())
+        root = sum(p.numel() for p in model.parameters()) - per_layer       # embeddings, norm, head
+        held_root = sum(p.to_local().numel() for p in model.parameters()) - held_layer
+        n = c["num_hidden_layers"]
+        held, total, largest = held_root + n * held_layer, root + n * per_layer, max(per_layer, root)
+    finally:
+        dist.destroy_process_group()
+    del torch
+    return _bytes(held, total, largest, world, "fake process group")
+
+
+def plan(name: str, world: int, rank: int = 0) -> dict:
+    """The fake-process-group plan of ``name`` at ``world``; the closed form, with a note, if it fails."""
+    from ..llm import CONFIGS
+
+    c = CONFIGS[name]
+    try:
+        result = fake_plan(c, world, rank)
+    except (ImportError, AttributeError, TypeError, RuntimeError, ValueError) as exc:
+        result = closed_form(c, world, rank)
+        result["note"] = (f"the fake process group failed ({type(exc).__name__}: {exc}); it uses internal APIs "
+                          f"({INTERNAL_API}) that this torch may have changed. These figures are the closed form.")
+    return dict(result, model=name, rank=rank)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world", type=int, nargs="+", default=[64])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--rank", type=int, default=0, help="whose shard to count (rank 0 holds the most)")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    bad = [w for w in args.world if w < 1 or not 0 <= args.rank < w]
+    if bad:
+        p.error(f"--world {bad}: each world size must be at least 1 and greater than --rank {args.rank}")
+    rows = [plan(name, world, args.rank) for name in args.models for world in args.world]
+    for row in rows:
+        print(f"{row['model']:14} on {row['world']:5,} GPUs ({row['how']}): rank {row['rank']} holds "
+              f"{row['held']:,} of {row['parameters']:,} parameters → {row['per_gpu_bytes'] / 1e9:.2f} GB"
+              + (f"  [{row['note']}]" if "note" in row else ""), flush=True)
+    args.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
