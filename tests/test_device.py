@@ -116,10 +116,24 @@ def test_banner_on_kaggle_names_the_accelerator_and_what_to_do_without_one(monke
     assert "Cannot connect to GPU backend" in text and "reduced size" in text
 
 
+@pytest.mark.parametrize("cuda, hip, expected", [(None, None, "a CPU-only build"),
+                                                  ("13.0", None, "CUDA 13.0 (NVIDIA GPUs)"),
+                                                  (None, "6.4", "ROCm/HIP 6.4 (AMD GPUs")])
+def test_backend_names_the_build_on_a_machine_without_gpu(monkeypatch, cuda, hip, expected):
+    """Holds on PyPI's CUDA build (Linux) and on the CPU build alike: the build is faked, the GPU absent."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    monkeypatch.setattr(torch.version, "xpu", None, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    text = device.backend()
+    assert expected in text and text.endswith("usable devices: the CPU only")
+
+
 def test_backend_names_the_build_and_what_is_usable():
     from gpucourse.fakecuda import fake_gpu
 
-    assert "CPU-only build" in device.backend() and "the CPU only" in device.backend()
     with fake_gpu("L4", cuda_version="12.8"):
         text = device.backend()
     assert "CUDA 12.8 (NVIDIA GPUs)" in text and text.endswith("usable devices: cuda")
