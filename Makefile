@@ -10,10 +10,16 @@ COLAB_CONSTRAINTS := colab/$(RUNTIME)/constraints.txt
 # That runtime's Python minor version, read from its constraints' header ("# Python 3.13.15; ...").
 COLAB_PY_VERSION = $(shell sed -n 's/^# Python \(3\.[0-9]*\)\..*/\1/p' $(COLAB_CONSTRAINTS) | head -n 1)
 # Its Python: found on PATH or in pyenv unless given, e.g. COLAB_PYTHON=/usr/bin/python3.13
-COLAB_PYTHON ?= $(firstword $(foreach p,python$(COLAB_PY_VERSION) \
-                  $(wildcard $(HOME)/.pyenv/versions/$(COLAB_PY_VERSION).*/bin/python$(COLAB_PY_VERSION)) \
-                  /usr/bin/python$(COLAB_PY_VERSION) /usr/local/bin/python$(COLAB_PY_VERSION),\
-                  $(shell $(p) -c 'import sys; "%d.%d" % sys.version_info[:2] == "$(COLAB_PY_VERSION)" and print(sys.executable)' 2>/dev/null)))
+# $(call find_python,3.13): that Python's path, from the PATH or pyenv; empty if there is none.
+find_python = $(firstword $(foreach p,python$(1) \
+                  $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python$(1)) \
+                  /usr/bin/python$(1) /usr/local/bin/python$(1),\
+                  $(shell $(p) -c 'import sys; "%d.%d" % sys.version_info[:2] == "$(1)" and print(sys.executable)' 2>/dev/null)))
+COLAB_PYTHON ?= $(call find_python,$(COLAB_PY_VERSION))
+# `make test-cuda-build`: the whole suite again with PyPI's torch for Linux, the CUDA build that
+# brings Triton (what a learner's Linux machine installs), in .venv-cuda, on this Python.
+CUDA_BUILD_PY_VERSION ?= 3.13
+CUDA_BUILD_PYTHON ?= $(call find_python,$(CUDA_BUILD_PY_VERSION))
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
@@ -25,7 +31,7 @@ NOTEBOOK_TESTS := -p no:cacheprovider -n 2 --dist loadfile --nbval-lax
 # A runtime named wrong stops here, before anything is built.
 _ := $(if $(wildcard $(COLAB_CONSTRAINTS)),,$(if $(filter test-colab,$(MAKECMDGOALS)),$(error RUNTIME=$(RUNTIME): there is no $(COLAB_CONSTRAINTS); the runtimes are: $(patsubst colab/%/constraints.txt,%,$(wildcard colab/*/constraints.txt))))))
 
-.PHONY: install lab browser book test test-colab gpu-check gpu-bundle lint exercises sync clean help
+.PHONY: install lab browser book test test-colab test-cuda-build gpu-check gpu-bundle lint exercises sync clean help
 
 help:
 	@echo "make install    create .venv and install the pinned requirements"
@@ -34,6 +40,7 @@ help:
 	@echo "make test       run all tests in quick+offline mode (what CI runs); finds or installs Chromium"
 	@echo "make test-colab run every notebook with the versions of Colab's default runtime (.venv-colab-current)"
 	@echo "                RUNTIME=previous: the same with Colab's previous runtime (.venv-colab-previous)"
+	@echo "make test-cuda-build  make test again with PyPI's CUDA build of torch and Triton (.venv-cuda, Python 3.13)"
 	@echo "make gpu-check  run every episode at this machine's size; write gpucourse/references/<device>.json"
 	@echo "                GPU_CHECK_ARGS=\"--plan\", \"--chunk 1/2\", \"--quick\": chunks of <= 9 min, a smoke pass"
 	@echo "make gpu-bundle wheels gpu-check needs on a GPU node without internet (BUNDLE_PYTHON=3.12)"
@@ -79,6 +86,12 @@ test-colab: $(COLAB_STAMP)
 	@echo "== Colab runtime: $(RUNTIME) (Python $(COLAB_PY_VERSION), $(COLAB_CONSTRAINTS))"
 	$(COLAB_VENV)/bin/python tools/colab_install_check.py install
 	$(QUICK) $(COLAB_VENV)/bin/python -m pytest $(NOTEBOOK_TESTS) episodes solutions exercises
+
+test-cuda-build:
+	@test -n "$(CUDA_BUILD_PYTHON)" || { echo "make test-cuda-build needs Python $(CUDA_BUILD_PY_VERSION); set CUDA_BUILD_PYTHON=/path/to/python3.12 or 3.13"; exit 1; }
+	$(MAKE) install PYTHON=$(CUDA_BUILD_PYTHON) VENV=.venv-cuda
+	@.venv-cuda/bin/python -c "import torch, triton; assert torch.version.cuda, 'PyPI gave a CPU build of torch here (not Linux x86_64?)'; print('== torch', torch.__version__, '(CUDA', torch.version.cuda + ') with triton', triton.__version__)"
+	$(MAKE) test PYTHON=$(CUDA_BUILD_PYTHON) VENV=.venv-cuda
 
 # On a GPU machine without the network (no .venv can be made), the system Python is used;
 # the notebook runner then comes from gpu-bundle/ (CONTRIBUTING.md, "GPU reference runs").
