@@ -422,8 +422,11 @@ class Exercise:
         except DeadlineExceeded:
             return "wrong", deadline_message("your function", DEADLINE_S)
         except Exception as exc:  # the learner's answer broke the checker
-            return "wrong", (f"checking your answer raised {type(exc).__name__}: {exc}. "
-                             "Look at the type and shape of what you passed to check().")
+            meaning = explain_error(exc)
+            text = " ".join(str(exc).split())[:300]
+            return "wrong", (f"checking your answer raised {type(exc).__name__}: {text}. "
+                             + (f"That usually means {meaning} " if meaning else "")
+                             + "Look at the type and shape of what you passed to check().")
         return "correct", message or ""
 
     def check(self, *answers) -> None:
@@ -498,6 +501,113 @@ def require_function(fn, name: str) -> None:
                     f"got {describe(fn)}.")
 
 
+# --- errors in the learner's words ----------------------------------------------------------------
+#
+# A raw "TypeError: unsupported operand type(s) for *: 'NoneType' and 'int'" tells a learner where
+# Python stopped, not what to change. Each rule below matches the text of a common error (the texts
+# of CPython 3.10-3.13 and PyTorch 2.x) and says what usually causes it; the original error follows,
+# so nothing is hidden. The first rule that matches wins: the most specific come first.
+
+_ERROR_WORDS = [
+    (TypeError, r"NoneType",
+     "a value in your code is None: a function or helper you call returns nothing (a missing "
+     "`return`), or a variable was set to None. Print the values on the line that failed."),
+    (AttributeError, r"'NoneType' object has no attribute",
+     "a value in your code is None: a function or helper you call returns nothing (a missing "
+     "`return`), or a variable was set to None."),
+    (TypeError, r"(missing \d+ required|takes \d+ positional argument|takes from \d+ to \d+ "
+                r"positional|got an unexpected keyword argument|positional arguments? but \d+)",
+     "your function's parameters do not match the call the check makes: keep the parameters of the "
+     "stub, in the same order."),
+    (TypeError, r"cannot unpack non-iterable",
+     "the code unpacks one value into several names (a, b = ...): return, or pass, as many values "
+     "as the names."),
+    (ValueError, r"(too many|not enough) values to unpack",
+     "the number of names on the left of `=` differs from the number of values on the right: "
+     "count the values your function returns, or the items you unpack."),
+    (TypeError, r"object is not callable",
+     "the code calls something that is not a function, often a number or a tensor after `(`: "
+     "write `*` for a product, and do not reuse a function's name for a variable."),
+    (TypeError, r"(unsupported operand|can only concatenate|can't multiply sequence|"
+                r"must be real number, not|not supported between instances)",
+     "the code combines values of types that do not go together (text and a number, a list and a "
+     "number, a tuple and a tensor): check the type of each value on that line."),
+    (RuntimeError, r"(same device|devices, cuda|is on (cpu|cuda|mps)|Input type \(torch\.cuda)",
+     "two tensors sit on different devices (one on the GPU, one on the CPU): move the model and "
+     "every input to the same device with .to(device) before combining them."),
+    (RuntimeError, r"(expected scalar type|same dtype|found dtype|can't be cast|Input type \("
+                   r"(double|float|half)\) and)",
+     "two tensors have different number formats (float32 and float64, or float and int): convert "
+     "one with .float() or .to(other.dtype)."),
+    (Exception, r"(shapes cannot be multiplied|must match the size of tensor|must match the "
+                r"existing size|size mismatch|is invalid for input of size|Sizes of tensors must "
+                r"match|to match target batch_size|could not be broadcast|not aligned|mismatch in "
+                r"its core dimension|cannot reshape array)",
+     "two shapes do not fit together (a matrix product needs the inner sizes equal, an elementwise "
+     "operation equal or broadcastable shapes): print the .shape of each tensor or array on that "
+     "line."),
+    (Exception, r"(cannot be converted to Scalar|only one element tensors can be converted|"
+                r"only length-1 arrays|only size-1 arrays)",
+     "the code turns a tensor or array of several numbers into one number (float(), .item()): "
+     "reduce it first (.sum(), .mean()) or pick one element."),
+    (TypeError, r"(object is not subscriptable|object is not iterable|has no len\(\))",
+     "the code indexes, loops over or takes len() of a single value (a number) as if it were a "
+     "list: check what that value holds."),
+    (TypeError, r"cannot be interpreted as an integer",
+     "a float is used where Python needs a whole number (range(), a size, an index): convert it "
+     "with int(), after rounding the way the task asks."),
+    (ZeroDivisionError, r"",
+     "the code divides by zero for one of the check's cases: a count, a size or a time that can be "
+     "0 there (an empty list, a batch of 0): find which one and handle it."),
+    (UnboundLocalError, r"",
+     "the code reads a variable before giving it a value in every branch: set it before the `if`, "
+     "or in each branch."),
+    (NameError, r"name '(?P<name>[^']+)' is not defined",
+     "the code uses the name {name}, which is not defined where it runs: check its spelling, define "
+     "it inside the function, or run the cell that defines it first."),
+    (IndexError, r"",
+     "the code reads an item past the end of a list, tuple, string or tensor (index out of range): "
+     "check the lengths for the check's cases, the smallest ones included."),
+    (KeyError, r"",
+     "the code looks up a key that is not in the dictionary: print its keys (d.keys())."),
+    (AttributeError, r"'(?P<kind>\w+)' object has no attribute '(?P<attr>\w+)'",
+     "the code uses .{attr} on a {kind}, which has no such attribute: check what that value holds, "
+     "and the spelling of .{attr}."),
+    (RecursionError, r"",
+     "the function calls itself without end: a recursive call needs a case that stops it."),
+    (OverflowError, r"",
+     "a number grew too large (often an exponent or a loop that multiplies without end): check "
+     "the formula."),
+]
+
+
+def explain_error(exc: BaseException) -> str | None:
+    """What a common error in a learner's code usually means, in one or two sentences; None if it
+    is not one of the errors this module knows (``_ERROR_WORDS``).
+
+    Parameters
+    ----------
+    exc : BaseException
+        The error the learner's code (or the check, working on the learner's answer) raised.
+    """
+    import re
+
+    text = str(exc)
+    for kind, pattern, words in _ERROR_WORDS:
+        if isinstance(exc, kind):
+            found = re.search(pattern, text)
+            if found:
+                return words.format(**{k: v for k, v in found.groupdict().items() if v})
+    return None
+
+
+def error_message(what: str, exc: BaseException) -> str:
+    """``"<what> raised <Error>: <text>. <what it usually means>"`` for a learner's error."""
+    text = " ".join(str(exc).split())[:300]
+    meaning = explain_error(exc)
+    return f"{what} raised {type(exc).__name__}: {text}." + (f" That means {meaning}" if meaning else "")
+
+
 def call_answer(fn, *args, what: str, explain=None, none_ok: bool = False, parts: tuple[str, ...] = (),
                 seconds: float | None = None):
     """Call a learner's function: its errors become ``Wrong``, a stub ``NotDone``.
@@ -517,7 +627,7 @@ def call_answer(fn, *args, what: str, explain=None, none_ok: bool = False, parts
         if mentions_blank(exc):
             raise NotDone(f"{what} still uses ____: replace it with your code.") from None
         reason = explain(exc) if explain else None
-        raise Wrong(reason or f"{what} raised {type(exc).__name__}: {exc}.") from None
+        raise Wrong(reason or error_message(what, exc)) from None
     if result is None and none_ok:
         return None
     return require_answer(result, what, parts)

@@ -319,3 +319,94 @@ def test_snapshot_names_what_an_answer_changed():
     tensor = torch.randn(3)
     before = snapshot(tensor)
     assert changes(before, tensor) is None
+
+
+# --- errors explained in the learner's words ----------------------------------------------------
+
+def _raises(error):
+    def answer(*args):
+        raise error
+    return answer
+
+
+def _none_helper():
+    pass
+
+
+def _real_errors():
+    """(answer, words): answers that fail the way learners' answers do, with the error Python or
+    PyTorch really raises, and the words the message must use to explain it."""
+    import numpy as np
+    import torch
+
+    def undefined_name(x):
+        return x * batch_size        # noqa: F821 - the name is what the test is about
+
+    def unbound(x):
+        if x > 100:
+            total = x
+        return total                 # noqa: F821
+
+    return [
+        pytest.param(lambda x: _none_helper() * x, ["raised TypeError", "None", "missing `return`"],
+                     id="none-from-helper"),
+        pytest.param(lambda x: _none_helper().shape, ["raised AttributeError", "None"], id="none-attribute"),
+        pytest.param(lambda x, y: x, ["raised TypeError", "parameters do not match"], id="signature"),
+        pytest.param(lambda x: torch.ones(2, 3) @ torch.ones(4, 5), ["shapes do not fit", ".shape"],
+                     id="matmul-shapes"),
+        pytest.param(lambda x: torch.ones(3) + torch.ones(4), ["shapes do not fit"], id="elementwise-shapes"),
+        pytest.param(lambda x: np.ones(3) + np.ones(4), ["shapes do not fit"], id="numpy-broadcast"),
+        pytest.param(_raises(RuntimeError("Expected all tensors to be on the same device, but found at "
+                                          "least two devices, cuda:0 and cpu!")),
+                     ["different devices", ".to(device)"], id="device-mismatch"),
+        pytest.param(lambda x: torch.nn.Linear(3, 2)(torch.ones(2, 3, dtype=torch.float64)),
+                     ["number formats", ".float()"], id="dtype-mismatch"),
+        pytest.param(lambda x: x / 0, ["raised ZeroDivisionError", "divides by zero"], id="zero-division"),
+        pytest.param(undefined_name, ["raised NameError", "batch_size", "not defined", "spelling"],
+                     id="undefined-name"),
+        pytest.param(unbound, ["raised UnboundLocalError", "before giving it a value"], id="unbound-local"),
+        pytest.param(lambda x: [1, 2][x], ["raised IndexError", "past the end"], id="index"),
+        pytest.param(lambda x: {"a": 1}["b"], ["raised KeyError", "d.keys()"], id="key"),
+        pytest.param(lambda x: x.shape, ["raised AttributeError", ".shape on a int"], id="attribute"),
+        pytest.param(lambda x: float(torch.ones(3)), ["several numbers into one"], id="tensor-to-float"),
+        pytest.param(lambda x: list(range(x / 2)), ["whole number", "int()"], id="float-range"),
+        pytest.param(lambda x: "batch " + x, ["types that do not go together"], id="str-plus-int"),
+        pytest.param(lambda x: x(3), ["not a function", "`*` for a product"], id="call-a-number"),
+    ]
+
+
+@pytest.mark.parametrize("answer, words", _real_errors())
+def test_a_common_error_is_explained_in_the_learners_words(answer, words):
+    from checking import assert_wrong
+    from gpucourse.exercises import call_answer
+
+    exercise = Exercise("demo.err", lambda fn: call_answer(fn, 3, what="f(3)") and "fine", hint="",
+                        solution="")
+    message = assert_wrong(exercise, (answer,), ["f(3)"] + words)
+    assert "That means" in message, message
+
+
+def test_an_error_breaking_the_checker_is_explained_too():
+    from checking import assert_wrong
+
+    exercise = Exercise("demo.err", lambda value: value * 2 + 1, hint="", solution="")
+    assert_wrong(exercise, (None,), ["checking your answer raised TypeError", "None", "what you passed"])
+    assert_wrong(exercise, ([1.0],), ["checking your answer raised TypeError", "types that do not go"])
+
+
+def test_an_unknown_error_keeps_its_own_text_and_a_long_one_is_cut():
+    from gpucourse.exercises import Wrong, call_answer, explain_error
+
+    class Odd(Exception):
+        pass
+
+    assert explain_error(Odd("strange")) is None
+    with pytest.raises(Wrong) as raised:
+        call_answer(_raises(Odd("strange")), what="f()")
+    assert str(raised.value) == "f() raised Odd: strange."
+    with pytest.raises(Wrong) as raised:
+        call_answer(_raises(NotImplementedError("x" * 5000)), what="f()")
+    assert len(str(raised.value)) < 400
+    # a check's own explanation still wins over the general one
+    with pytest.raises(Wrong, match="^the check's own words$"):
+        call_answer(lambda: 1 / 0, what="f()", explain=lambda exc: "the check's own words")
