@@ -73,17 +73,34 @@ def interpreter_pair_problem(triton_version: str, numpy_version: str) -> str | N
 
 @dataclass(frozen=True)
 class KernelMode:
-    """How this session runs kernels: ``triton`` and ``numba`` are "compiled" or "simulated"."""
+    """How this session runs kernels: ``triton`` is "compiled" or "interpreted", ``numba``
+    "compiled" or "simulated"; ``late`` is True when triton was imported before the
+    interpreter was chosen (its reductions, ``tl.max`` and ``tl.sum``, then fail)."""
 
     triton: str
     numba: str
+    late: bool = False
 
     def describe(self) -> str:
         if self.triton == "compiled":
             return "Triton compiles for this GPU; Numba runs on it" + (
                 "." if self.numba == "compiled" else " only in its simulator.")
-        return ("No CUDA GPU: Triton kernels run in its interpreter and Numba kernels in its CUDA "
+        text = ("No CUDA GPU: Triton kernels run in its interpreter and Numba kernels in its CUDA "
                 "simulator, on the CPU, for correctness. Their timings mean nothing here.")
+        if self.late:
+            text += (" But triton was imported before the interpreter was chosen, so kernels "
+                     "that use tl.max or tl.sum fail: restart the kernel and run the cells in "
+                     "order, this one before anything that imports triton (torch.compile does).")
+        return text
+
+
+def library_interpreted() -> bool:
+    """Whether triton's own ``@jit`` functions (``tl.max``, ...) were made for the interpreter:
+    triton decorates them when it is first imported, so only if it was interpreting then."""
+    from triton.language import standard
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(standard.max, InterpretedFunction)
 
 
 def setup(gpu_available: bool) -> KernelMode:
@@ -116,11 +133,6 @@ def setup(gpu_available: bool) -> KernelMode:
         problem = interpreter_pair_problem(triton.__version__, numpy.__version__)
         if problem:
             raise KernelSetupError(problem)
-        if not library_interpreted():
-            raise KernelSetupError(
-                f"triton was imported before {INTERPRET_ENV}=1 was set, so its own functions "
-                "(tl.max, tl.sum, ...) cannot run in the interpreter: restart the kernel and "
-                "run kernels.setup() before anything imports triton.")
         guard_interpreter()
     if not nvidia:
         if "numba.cuda" in sys.modules and os.environ.get(SIMULATOR_ENV) != "1":
@@ -128,16 +140,8 @@ def setup(gpu_available: bool) -> KernelMode:
                                    "kernel and run the cells in order.")
         os.environ[SIMULATOR_ENV] = "1"
     return KernelMode("interpreted" if not gpu_available else "compiled",
-                      "compiled" if nvidia else "simulated")
-
-
-def library_interpreted() -> bool:
-    """Whether triton's own ``@jit`` functions (``tl.max``, ...) were made for the interpreter:
-    they are decorated when triton is first imported, so only if it was interpreting then."""
-    from triton.language import standard
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return isinstance(standard.max, InterpretedFunction)
+                      "compiled" if nvidia else "simulated",
+                      late=not gpu_available and not library_interpreted())
 
 
 # ---- guards for the interpreter ----------------------------------------------------------
@@ -238,13 +242,37 @@ def guard_interpreter() -> bool:
         outer = getattr(_launch, "ranges", None)
         _launch.ranges = _ranges(self.arg_names, args, kwargs)
         try:
-            return call(self, *args, **kwargs)
+            with _library_interpreted():
+                return call(self, *args, **kwargs)
         finally:
             _launch.ranges = outer
 
     builder.create_masked_load, builder.create_masked_store = checked_load, checked_store
     builder.cast_impl, executor.__call__ = checked_cast, checked_call
     return True
+
+
+@contextlib.contextmanager
+def _library_interpreted():
+    """While a kernel is interpreted, let triton's own ``@jit`` functions (``tl.zeros``,
+    ``tl.max``, ...) run in the interpreter too, even where triton was imported before
+    ``TRITON_INTERPRET=1`` was set (a test process, a notebook that imported torch._dynamo)."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    original = JITFunction.__call__
+    interpreted_of = {}
+
+    def call_interpreted(self, *args, **kwargs):
+        if self not in interpreted_of:
+            interpreted_of[self] = InterpretedFunction(self.fn)
+        return interpreted_of[self](*args, **kwargs)
+
+    JITFunction.__call__ = call_interpreted
+    try:
+        yield
+    finally:
+        JITFunction.__call__ = original
 
 
 def guard_error(exc: BaseException) -> BaseException | None:
@@ -261,13 +289,13 @@ def interpreted(kernel):
     """``kernel`` as the interpreter runs it, whether it was decorated with or without one."""
     from triton.runtime.interpreter import InterpretedFunction
 
+    guard_interpreter()
     if isinstance(kernel, InterpretedFunction):
         return kernel
     fn = getattr(kernel, "fn", None)
     if fn is None:
         raise TypeError(f"expected a @triton.jit kernel, got {type(kernel).__name__}: put "
                         "@triton.jit above its def.")
-    guard_interpreter()
     return InterpretedFunction(fn)
 
 

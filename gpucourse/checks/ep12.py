@@ -58,7 +58,8 @@ def _launch(kernel, grid, args, what: str, **constexprs):
     except Exception as exc:           # noqa: BLE001 - the learner's kernel may raise anything
         guard = kernels.guard_error(exc)
         if isinstance(guard, kernels.OutOfBounds):
-            raise Wrong(f"{what}: missing mask. {guard}") from None
+            raise Wrong(f"{what}: an address outside the tensors (a missing mask, or a program "
+                        f"id or offset that runs past the end). {guard}") from None
         if isinstance(guard, kernels.Bf16InInterpreter):
             raise Wrong(f"{what}: bfloat16 in the interpreter. {guard}") from None
         text = str(exc)

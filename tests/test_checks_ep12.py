@@ -1,0 +1,534 @@
+"""Episode 12's checks, three ways: right kernels pass, stubs are "not done", wrong kernels teach.
+
+Every kernel below runs in Triton's interpreter or Numba's CUDA simulator on the CPU, as the
+checks run a learner's. The wrong ones are the mistakes the exercises are about: a missing mask,
+a stride ignored, a program id off by one, bfloat16 in the interpreter, a 16-bit accumulator, a
+missing ``syncthreads`` (a race), a missing bounds check, bytes counted as elements.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")      # before triton is first imported
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from numba import cuda  # noqa: E402
+
+from gpucourse.checks import ep12  # noqa: E402
+from gpucourse.exercises import ____  # noqa: E402
+
+from checking import assert_wrong, outcome  # noqa: E402
+
+
+# --- q1: a * x + y ------------------------------------------------------------------------------
+
+@triton.jit
+def axpy(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets * stride_x, mask=mask)
+    y = tl.load(y_ptr + offsets * stride_y, mask=mask)
+    tl.store(out_ptr + offsets, a * x + y, mask=mask)
+
+
+@triton.jit
+def axpy_no_mask(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets,
+             a * tl.load(x_ptr + offsets * stride_x) + tl.load(y_ptr + offsets * stride_y))
+
+
+@triton.jit
+def axpy_store_mask_only(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    v = a * tl.load(x_ptr + offsets * stride_x) + tl.load(y_ptr + offsets * stride_y)
+    tl.store(out_ptr + offsets, v, mask=offsets < n)
+
+
+@triton.jit
+def axpy_no_stride_x(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = a * tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets * stride_y, mask=mask)
+    tl.store(out_ptr + offsets, v, mask=mask)
+
+
+@triton.jit
+def axpy_no_stride_y(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = a * tl.load(x_ptr + offsets * stride_x, mask=mask) + tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, v, mask=mask)
+
+
+@triton.jit
+def axpy_no_strides(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = a * tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, v, mask=mask)
+
+
+@triton.jit
+def axpy_pid_plus_one(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = (tl.program_id(0) + 1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = a * tl.load(x_ptr + offsets * stride_x, mask=mask) + \
+        tl.load(y_ptr + offsets * stride_y, mask=mask)
+    tl.store(out_ptr + offsets, v, mask=mask)
+
+
+@triton.jit
+def axpy_no_block(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = a * tl.load(x_ptr + offsets * stride_x, mask=mask) + \
+        tl.load(y_ptr + offsets * stride_y, mask=mask)
+    tl.store(out_ptr + offsets, v, mask=mask)
+
+
+@triton.jit
+def axpy_bf16(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets * stride_x, mask=mask).to(tl.bfloat16)
+    y = tl.load(y_ptr + offsets * stride_y, mask=mask).to(tl.bfloat16)
+    tl.store(out_ptr + offsets, (a * x + y).to(tl.float32), mask=mask)
+
+
+@triton.jit
+def axpy_swapped(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(x_ptr + offsets * stride_x, mask=mask) + \
+        a * tl.load(y_ptr + offsets * stride_y, mask=mask)
+    tl.store(out_ptr + offsets, v, mask=mask)
+
+
+@triton.jit
+def axpy_a_is_two(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = 2.0 * tl.load(x_ptr + offsets * stride_x, mask=mask) + \
+        tl.load(y_ptr + offsets * stride_y, mask=mask)
+    tl.store(out_ptr + offsets, v, mask=mask)
+
+
+@triton.jit
+def axpy_stub(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = ____
+    tl.store(out_ptr + offsets, a, mask=offsets < n)
+
+
+def test_q1_right():
+    assert outcome(ep12.q1, axpy)[0] == "correct"
+
+
+def test_q1_not_done():
+    assert outcome(ep12.q1, ____)[0] == "not-done"
+    assert outcome(ep12.q1, axpy_stub)[0] == "not-done"
+
+
+@pytest.mark.parametrize("kernel, words", [
+    (axpy_no_mask, ["outside the tensors", "past the end", "mask"]),
+    (axpy_store_mask_only, ["loads", "mask"]),
+    (axpy_no_stride_x, ["wrong stride", "stride_x"]),
+    (axpy_no_stride_y, ["wrong stride", "stride_y"]),
+    (axpy_no_strides, ["wrong stride", "stride_x"]),
+    (axpy_pid_plus_one, ["off by one", "first block"]),
+    (axpy_no_block, ["never written", "program_id(0) * BLOCK"]),
+    (axpy_bf16, ["bfloat16", "16-bit integers"]),
+    (axpy_swapped, ["x + a * y"]),
+    (axpy_a_is_two, ["a = -0.5", "expected"]),
+    (lambda *args: None, ["@triton.jit"]),
+], ids=lambda v: getattr(getattr(v, "fn", v), "__name__", "")[:30])
+def test_q1_wrong(kernel, words):
+    assert_wrong(ep12.q1, (kernel,), words)
+
+
+# --- q2: a fused kernel and the bytes it saves ----------------------------------------------
+
+@triton.jit
+def fused(x_ptr, r_ptr, out_ptr, n_cols, stride_x, stride_r, stride_out, scale,
+          BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.load(x_ptr + row * stride_x + cols, mask=mask) + \
+        tl.load(r_ptr + row * stride_r + cols, mask=mask)
+    tl.store(out_ptr + row * stride_out + cols, tl.maximum(v, 0.0) * scale, mask=mask)
+
+
+@triton.jit
+def fused_no_mask(x_ptr, r_ptr, out_ptr, n_cols, stride_x, stride_r, stride_out, scale,
+                  BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + row * stride_x + cols) + tl.load(r_ptr + row * stride_r + cols)
+    tl.store(out_ptr + row * stride_out + cols, tl.maximum(v, 0.0) * scale)
+
+
+@triton.jit
+def fused_packed_x(x_ptr, r_ptr, out_ptr, n_cols, stride_x, stride_r, stride_out, scale,
+                   BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.load(x_ptr + row * n_cols + cols, mask=mask) + \
+        tl.load(r_ptr + row * stride_r + cols, mask=mask)
+    tl.store(out_ptr + row * stride_out + cols, tl.maximum(v, 0.0) * scale, mask=mask)
+
+
+@triton.jit
+def fused_packed_r(x_ptr, r_ptr, out_ptr, n_cols, stride_x, stride_r, stride_out, scale,
+                   BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.load(x_ptr + row * stride_x + cols, mask=mask) + \
+        tl.load(r_ptr + row * n_cols + cols, mask=mask)
+    tl.store(out_ptr + row * stride_out + cols, tl.maximum(v, 0.0) * scale, mask=mask)
+
+
+@triton.jit
+def fused_scale_first(x_ptr, r_ptr, out_ptr, n_cols, stride_x, stride_r, stride_out, scale,
+                      BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.load(x_ptr + row * stride_x + cols, mask=mask) + \
+        tl.load(r_ptr + row * stride_r + cols, mask=mask)
+    tl.store(out_ptr + row * stride_out + cols, tl.maximum(v * scale, 0.0), mask=mask)
+
+
+@triton.jit
+def fused_relu_x_only(x_ptr, r_ptr, out_ptr, n_cols, stride_x, stride_r, stride_out, scale,
+                      BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.maximum(tl.load(x_ptr + row * stride_x + cols, mask=mask), 0.0) + \
+        tl.load(r_ptr + row * stride_r + cols, mask=mask)
+    tl.store(out_ptr + row * stride_out + cols, v * scale, mask=mask)
+
+
+@triton.jit
+def fused_next_row(x_ptr, r_ptr, out_ptr, n_cols, stride_x, stride_r, stride_out, scale,
+                   BLOCK: tl.constexpr):
+    row = tl.program_id(0) + 1
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.load(x_ptr + row * stride_x + cols, mask=mask) + \
+        tl.load(r_ptr + row * stride_r + cols, mask=mask)
+    tl.store(out_ptr + row * stride_out + cols, tl.maximum(v, 0.0) * scale, mask=mask)
+
+
+def saved(rows, cols, itemsize):
+    return 4 * rows * cols * itemsize
+
+
+def saved_times(k, itemsize=True):
+    return lambda rows, cols, size: k * rows * cols * (size if itemsize else 1)
+
+
+def test_q2_right():
+    assert outcome(ep12.q2, fused, saved)[0] == "correct"
+
+
+def test_q2_not_done():
+    assert outcome(ep12.q2, ____, saved)[0] == "not-done"
+    assert outcome(ep12.q2, fused, ____)[0] == "not-done"
+    assert outcome(ep12.q2, fused, lambda rows, cols, size: ____)[0] == "not-done"
+
+
+@pytest.mark.parametrize("kernel, count, words", [
+    (fused_no_mask, saved, ["outside the tensors", "mask"]),
+    (fused_packed_x, saved, ["wrong stride", "stride_x"]),
+    (fused_packed_r, saved, ["wrong stride", "stride_r"]),
+    (fused_scale_first, saved, ["scaled before the ReLU"]),
+    (fused_relu_x_only, saved, ["ReLU to x alone"]),
+    (fused_next_row, saved, ["outside the tensors"]),
+    (fused, saved_times(4, itemsize=False), ["elements, not bytes"]),
+    (fused, saved_times(7), ["everything the eager chain moves"]),
+    (fused, saved_times(3), ["what the fused kernel moves"]),
+    (fused, saved_times(-4), ["the other way round"]),
+    (fused, saved_times(2), ["one intermediate tensor"]),
+    (fused, lambda rows, cols, size: 16 * rows * cols, ["assumed 4 bytes", "itemsize"]),
+    (fused, lambda rows, cols, size: "4 * N", ["should be a number"]),
+    (fused, lambda rows, cols, size: 67_108_864, ["bytes_saved(300, 77, 2)"]),
+], ids=lambda v: getattr(getattr(v, "fn", v), "__name__", "")[:30])
+def test_q2_wrong(kernel, count, words):
+    assert_wrong(ep12.q2, (kernel, count), words)
+
+
+# --- q3: matmul, bias and ReLU -------------------------------------------------------------
+
+ACC16 = RELU_OFF = BIAS_OFF = SWAP = NO_MASK_K = PACKED_W = BIAS_ROWS = BF16 = STORE16 = \
+    ONE_SLAB = False       # the mistakes linear_kernel can make: each variant sets one in its globals
+
+
+def _linear(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wk, stride_wn,
+            stride_om, stride_on, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    if SWAP:
+        rows = tl.program_id(1) * BM + tl.arange(0, BM)
+        cols = tl.program_id(0) * BN + tl.arange(0, BN)
+    else:
+        rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    if ACC16:
+        acc = tl.zeros((BM, BN), dtype=tl.float16)
+    else:
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+    if PACKED_W:
+        stride_wk = N
+        stride_wn = 1
+    last = BK if ONE_SLAB else K
+    for k in range(0, last, BK):
+        ks = k + tl.arange(0, BK)
+        if NO_MASK_K:
+            k_ok = ks >= 0
+        else:
+            k_ok = ks < K
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :] * stride_xk,
+                    mask=(rows[:, None] < M) & k_ok[None, :], other=0.0)
+        w = tl.load(w_ptr + ks[:, None] * stride_wk + cols[None, :] * stride_wn,
+                    mask=k_ok[:, None] & (cols[None, :] < N), other=0.0)
+        if BF16:
+            x = x.to(tl.bfloat16)
+            w = w.to(tl.bfloat16)
+        if ACC16:
+            acc = tl.dot(x, w, acc, out_dtype=tl.float16)
+        else:
+            acc += tl.dot(x, w)
+    v = acc.to(tl.float32)
+    if not BIAS_OFF:
+        if BIAS_ROWS:
+            v += tl.load(b_ptr + rows, mask=rows < M, other=0.0)[:, None]
+        else:
+            v += tl.load(b_ptr + cols, mask=cols < N, other=0.0)[None, :]
+    if not RELU_OFF:
+        v = tl.maximum(v, 0.0)
+    if STORE16:
+        v = v.to(tl.float16).to(tl.float32)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, v,
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def linear_kernel(**mistakes):
+    """linear_relu_kernel with the chosen mistakes (names of the flags above) switched on."""
+    import types
+
+    scope = dict(globals(), **mistakes)
+    fn = types.FunctionType(_linear.__code__, scope, "_linear")
+    return triton.jit(fn)
+
+
+def test_q3_right():
+    assert outcome(ep12.q3, linear_kernel())[0] == "correct"
+
+
+def test_q3_not_done():
+    assert outcome(ep12.q3, ____)[0] == "not-done"
+
+
+@pytest.mark.parametrize("mistake, words", [
+    (dict(ACC16=True), ["16-bit accumulator", "float32"]),
+    (dict(STORE16=True), ["16-bit"]),
+    (dict(RELU_OFF=True), ["ReLU is missing"]),
+    (dict(BIAS_OFF=True), ["bias is missing"]),
+    (dict(SWAP=True), ["never written", "program_id(0) for rows"]),
+    (dict(NO_MASK_K=True), ["outside the tensors", "mask"]),
+    (dict(PACKED_W=True), ["strides"]),
+    (dict(BIAS_ROWS=True), ["outside the tensors"]),
+    (dict(BF16=True), ["bfloat16"]),
+    (dict(ONE_SLAB=True), ["relu(x @ w + b)"]),
+], ids=lambda v: ",".join(v) if isinstance(v, dict) else "")
+def test_q3_wrong(mistake, words):
+    assert_wrong(ep12.q3, (linear_kernel(**mistake),), words)
+
+
+# --- q4: block sums in shared memory ------------------------------------------------------
+
+TPB = 16
+
+
+@cuda.jit
+def block_sums(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_no_sync(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_no_sync_in_loop(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_no_bounds(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i]
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_thread_index(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    t = cuda.threadIdx.x
+    shared[t] = x[t] if t < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_never_written(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    if t == 0 and cuda.blockIdx.x == 0:
+        total = 0.0
+        for j in range(TPB):
+            total += shared[j]
+        out[0] = total
+
+
+@cuda.jit
+def sums_step_too_big(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_half(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 4
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+def make_with_tpb(tpb):
+    @cuda.jit
+    def kernel(x, out):
+        shared = cuda.shared.array(8, dtype=np.float32)
+        t = cuda.threadIdx.x
+        shared[t % 8] = 0.0
+        out[0] = shared[0]
+    kernel.py_func.__globals__  # the module's globals: TPB is read from there
+    return kernel
+
+
+def sums_python(x, out):
+    out[:] = x.sum()
+
+
+def test_q4_right():
+    assert outcome(ep12.q4, block_sums)[0] == "correct"
+
+
+def test_q4_not_done():
+    assert outcome(ep12.q4, ____)[0] == "not-done"
+
+
+@pytest.mark.parametrize("kernel, words", [
+    (sums_no_sync, ["a race", "syncthreads"]),
+    (sums_no_sync_in_loop, ["a race", "inside the loop"]),
+    (sums_no_bounds, ["past the end", "tid="]),
+    (sums_thread_index, ["every block summed the first", "blockDim"]),
+    (sums_never_written, ["never written", "out[cuda.blockIdx.x]"]),
+    (sums_step_too_big, ["past the end"]),
+    (sums_half, ["expected"]),
+    (sums_python, ["@cuda.jit"]),
+], ids=lambda v: getattr(v, "__name__", "")[:30])
+def test_q4_wrong(kernel, words):
+    assert_wrong(ep12.q4, (kernel,), words)
+
+
+def test_q4_names_a_different_tpb(monkeypatch):
+    monkeypatch.setitem(block_sums.py_func.__globals__, "TPB", 8)
+    assert_wrong(ep12.q4, (block_sums,), ["TPB is 8", "16"])
+
+
+@pytest.mark.parametrize("exercise", [ep12.q1, ep12.q2, ep12.q3, ep12.q4], ids=lambda q: q.name)
+def test_hints_come_in_two_steps_without_code(exercise, capsys):
+    exercise.hint()
+    first = capsys.readouterr().out
+    exercise.hint(2)
+    second = capsys.readouterr().out
+    assert "?" in first and "hint(2)" in first
+    assert "tl.load(" not in second and "def " not in second and "@" not in second

@@ -1,0 +1,332 @@
+"""gpucourse.kernels and episode 12's own kernels.
+
+Every Triton kernel of the episode (read from the notebook's cells) runs in the interpreter
+against PyTorch, and is compiled for sm_75, sm_80 and sm_90 with its instruction mix asserted:
+``tl.dot`` becomes FMAs on a T4, ``mma.sync`` on an A100 and ``wgmma`` on an H100, as the
+feasibility model's capabilities say. The interpreter's guards (addresses, bfloat16), the
+triton/numpy pairs, the set-up on a CPU and on a (fake) GPU, and the simulator's thread order
+that exposes a race are tested on kernels of their own.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from numba import cuda  # noqa: E402
+
+from conftest import ROOT  # noqa: E402
+from gpucourse import fakecuda, kernels  # noqa: E402
+
+EPISODE = ROOT / "episodes" / "12-gpu-kernels.ipynb"
+
+
+def _episode_kernels(tmp_path_factory):
+    """The ``@triton.jit`` functions of the episode's code cells, imported from a file."""
+    sources = []
+    for cell in json.loads(EPISODE.read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code" or "@triton.jit" not in source:
+            continue
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.FunctionDef) and any(
+                    ast.unparse(d) == "triton.jit" for d in node.decorator_list):
+                sources.append("@triton.jit\n" + ast.get_source_segment(source, node))
+    path = tmp_path_factory.mktemp("episode12") / "episode_kernels.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(sources))
+    spec = importlib.util.spec_from_file_location("episode_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def episode(tmp_path_factory):
+    return _episode_kernels(tmp_path_factory)
+
+
+def test_the_episode_has_the_kernels_it_teaches(episode):
+    for name in ("add_kernel", "add_kernel_no_mask", "bias_gelu_kernel", "softmax_kernel",
+                 "matmul_kernel"):
+        assert hasattr(episode, name), f"episode 12 no longer defines {name}"
+
+
+# --- the episode's kernels, right on the CPU -----------------------------------------------
+
+def test_vector_add_is_right_on_a_ragged_size(episode):
+    a, b = torch.randn(1000), torch.randn(1000)
+    out = torch.full_like(a, float("nan"))
+    kernels.interpreted(episode.add_kernel)[(4,)](a, b, out, 1000, BLOCK=256)
+    assert torch.allclose(out, a + b)
+
+
+def test_the_missing_mask_is_named_with_program_and_tensor(episode):
+    a, b, out = torch.randn(1000), torch.randn(1000), torch.empty(1000)
+    with pytest.raises(Exception) as caught:
+        kernels.interpreted(episode.add_kernel_no_mask)[(4,)](a, b, out, 1000, BLOCK=256)
+    guard = kernels.guard_error(caught.value)
+    assert isinstance(guard, kernels.OutOfBounds), caught.value
+    assert "program (3, 0, 0)" in str(guard) and "past the end of x_ptr" in str(guard)
+
+
+def test_bias_gelu_follows_strides(episode):
+    wide = torch.randn(7, 130)
+    x, bias = wide[:, :100], torch.randn(100)
+    out = torch.full((7, 100), float("nan"))
+    kernels.interpreted(episode.bias_gelu_kernel)[(7,)](x, bias, out, 100, 130, 100, BLOCK=128)
+    assert torch.allclose(out, torch.nn.functional.gelu(x + bias), atol=1e-5)
+
+
+SOFTMAX = """
+import sys, torch
+from gpucourse import kernels
+mode = kernels.setup(gpu_available=False)                # as the episode does, before triton
+sys.path.insert(0, sys.argv[1])
+import episode_kernels
+wide = torch.randn(7, 130)
+x, out = wide[:, :100], torch.full((7, 100), float("nan"))
+episode_kernels.softmax_kernel[(7,)](x, out, 100, 130, 100, BLOCK=128)
+print(mode.late, (out - x.softmax(1)).abs().max().item())
+"""
+
+
+def test_softmax_follows_strides_in_a_fresh_interpreter(episode):
+    """Reductions (tl.max, tl.sum) need triton imported with the interpreter on: this test
+    process imported it first (conftest), so the episode's order runs in a process of its own."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", SOFTMAX, os.path.dirname(episode.__file__)],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    late, error = done.stdout.split()[-2:]
+    assert late == "False" and float(error) < 1e-6
+
+
+def test_setup_says_when_triton_came_first():
+    mode = kernels.setup(gpu_available=False)            # conftest imported triton first
+    assert mode.late == (not kernels.library_interpreted())
+    if mode.late:
+        assert "tl.max or tl.sum fail" in mode.describe()
+
+
+def test_matmul_is_right_on_ragged_shapes_and_a_transposed_view(episode):
+    A = torch.randn(37, 50).half()
+    B = torch.randn(21, 50).half().t()
+    C = torch.full((37, 21), float("nan"))
+    kernels.interpreted(episode.matmul_kernel)[(3, 2)](A, B, C, 37, 21, 50, *A.stride(),
+                                                       *B.stride(), *C.stride(), BM=16, BN=16,
+                                                       BK=16)
+    assert torch.allclose(C, A.float() @ B.float(), atol=1e-3)
+
+
+# --- what they become on three GPUs --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mixes(episode):
+    a16, f32 = torch.empty(1, dtype=torch.float16), torch.empty(1)
+    examples = {"add_kernel": ((f32, f32, f32, 1), dict(BLOCK=256)),
+                "softmax_kernel": ((f32, f32, 1, 1, 1), dict(BLOCK=1024)),
+                "bias_gelu_kernel": ((f32, f32, f32, 1, 1, 1), dict(BLOCK=1024)),
+                "matmul_kernel": ((a16, a16, f32, *[1] * 9), dict(BM=64, BN=64, BK=32))}
+    jobs = [(getattr(episode, name), cc, args, consts)
+            for name, (args, consts) in examples.items() for cc in kernels.TARGETS.values()]
+    ptx = kernels.compile_many(jobs)
+    return {(job[0].fn.__name__, job[1]): kernels.instruction_mix(text)
+            for job, text in zip(jobs, ptx)}
+
+
+@pytest.mark.parametrize("gpu", list(kernels.TARGETS))
+def test_tl_dot_becomes_what_the_feasibility_model_says(mixes, gpu):
+    cc = kernels.TARGETS[gpu]
+    mix = mixes[("matmul_kernel", cc)]
+    expected = {"T4": "CUDA cores (fma)", "A100": "tensor cores (mma.sync)",
+                "H100": "tensor cores (wgmma)"}[gpu]
+    assert kernels.dot_unit(mix) == expected, mix
+    assert kernels.tensor_core_dot(cc) == (mix["mma.sync"] + mix["wgmma"] > 0)
+    if gpu == "T4":
+        assert mix["fma.rn.f32"] >= 64 * 64 * 32 // 128, mix   # the whole tile, one thread's share
+        assert mix["mma.sync"] == mix["wgmma"] == 0
+    if gpu == "A100":
+        assert mix["mma.sync"] > 0 and mix["wgmma"] == 0 and mix["fma.rn.f32"] == 0
+    if gpu == "H100":
+        assert mix["wgmma"] > 0 and mix["mma.sync"] == 0
+
+
+@pytest.mark.parametrize("name", ["add_kernel", "softmax_kernel", "bias_gelu_kernel"])
+def test_memory_bound_kernels_use_no_tensor_cores_anywhere(mixes, name):
+    for cc in kernels.TARGETS.values():
+        mix = mixes[(name, cc)]
+        assert mix["mma.sync"] == mix["wgmma"] == 0, (name, cc, mix)
+        assert mix["ld.global"] > 0 and mix["st.global"] > 0, (name, cc, mix)
+
+
+def test_a_failed_compile_names_the_kernel():
+    @triton.jit
+    def broken(x_ptr, BLOCK: tl.constexpr):
+        tl.store(x_ptr + tl.arange(0, BLOCK), undefined_name)  # noqa: F821
+
+    with pytest.raises(RuntimeError, match="compiling broken failed"):
+        kernels.compile_ptx(broken, (8, 0), torch.empty(1), BLOCK=64)
+
+
+def test_signature_from_example_arguments():
+    def fn(x_ptr, n, scale, BLOCK):
+        pass
+
+    sig = kernels.signature(fn, torch.empty(1, dtype=torch.float16), 3, 0.5, BLOCK=32)
+    assert sig == {"x_ptr": "*fp16", "n": "i32", "scale": "fp32", "BLOCK": "constexpr"}
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        kernels.signature(fn, torch.empty(1))
+
+
+def test_instruction_mix_counts_predicated_instructions():
+    ptx = "\tfma.rn.f32 %f1, %f2, %f3, %f4;\n@%p1 ld.global.v4.b32 {..}, [%rd1];\n" \
+          "\tmma.sync.aligned.m16n8k16 ...;\n@!%p2 st.global.b32 [%rd2], %r1;\n"
+    mix = kernels.instruction_mix(ptx)
+    assert mix == {"fma.rn.f32": 1, "mma.sync": 1, "wgmma": 0, "ld.global": 1, "st.global": 1}
+
+
+def test_elementwise_bytes_counts_reads_and_writes():
+    assert kernels.elementwise_bytes(1000, reads=2, writes=2) == 16_000
+    assert kernels.elementwise_bytes(1000, reads=1, writes=1, itemsize=2) == 4_000
+
+
+# --- guards and set-up -----------------------------------------------------------------------
+
+@triton.jit
+def _double(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=offsets < n),
+             mask=offsets < n)
+
+
+@triton.jit
+def _double_in_bf16(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + offsets, mask=offsets < n).to(tl.bfloat16)
+    tl.store(out_ptr + offsets, (v + v).to(tl.float32), mask=offsets < n)
+
+
+def test_bf16_tensors_and_casts_are_refused_in_the_interpreter():
+    x = torch.tensor([1, 2, 3, 0.5])
+    with pytest.raises(kernels.Bf16InInterpreter, match="x_ptr is a bfloat16 tensor"):
+        kernels.interpreted(_double)[(1,)](x.bfloat16(), x.bfloat16(), 4, BLOCK=4)
+    with pytest.raises(Exception) as caught:
+        kernels.interpreted(_double_in_bf16)[(1,)](x, torch.empty(4), 4, BLOCK=4)
+    assert isinstance(kernels.guard_error(caught.value), kernels.Bf16InInterpreter)
+    out = torch.empty(4)
+    kernels.interpreted(_double)[(1,)](x, out, 4, BLOCK=4)
+    assert out.tolist() == [2, 4, 6, 1]
+
+
+def test_a_neighbouring_slice_is_not_the_kernels_memory():
+    buffer = torch.zeros(300)
+    x, out = buffer[:100], buffer[100:200]          # one storage; reading past x reads out
+    with pytest.raises(Exception) as caught:
+        kernels.interpreted(_double)[(2,)](x, out, 128, BLOCK=64)
+    assert "past the end of out_ptr" in str(kernels.guard_error(caught.value))   # its storage goes on
+
+
+@pytest.mark.parametrize("triton_version, numpy_version, broken", [
+    ("3.6.0", "2.4.6", True), ("3.6.0", "2.1.3", False), ("3.7.1", "2.4.6", False),
+    ("3.2.0", "2.4.0", True), ("3.9.0", "2.5.1", False)])
+def test_interpreter_pairs(triton_version, numpy_version, broken):
+    problem = kernels.interpreter_pair_problem(triton_version, numpy_version)
+    assert (problem is not None) == broken
+    if broken:
+        assert "#9171" in problem and triton_version in problem and "triton>=3.7" in problem
+
+
+def test_setup_without_a_gpu_interprets_and_simulates(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    mode = kernels.setup(gpu_available=False)
+    assert (mode.triton, mode.numba) == ("interpreted", "simulated")
+    assert os.environ["TRITON_INTERPRET"] == "1" and os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
+    assert "timings mean nothing" in mode.describe()
+
+
+def test_setup_refuses_a_broken_pair(monkeypatch):
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    monkeypatch.setattr(np, "__version__", "2.4.6")
+    with pytest.raises(kernels.KernelSetupError, match="numpy<2.4"):
+        kernels.setup(gpu_available=False)
+
+
+def test_setup_without_triton_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "triton", None)
+    with pytest.raises(kernels.KernelSetupError, match=f"triton=={kernels.TRITON_PIN}"):
+        kernels.setup(gpu_available=False)
+
+
+@pytest.mark.parametrize("model", ["T4", "A100", "H100"])
+def test_setup_on_a_gpu_compiles(monkeypatch, model):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with fakecuda.fake_gpu(model):
+        mode = kernels.setup(gpu_available=torch.cuda.is_available())
+    assert (mode.triton, mode.numba) == ("compiled", "compiled")
+    assert "TRITON_INTERPRET" not in os.environ
+    assert mode.describe().startswith("Triton compiles for this GPU")
+
+
+# --- the simulator, with the threads of a block in a chosen order -----------------------------
+
+TPB = 8
+
+
+@cuda.jit
+def _shift_sum(x, out, sync):
+    tile = cuda.shared.array(TPB + 1, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    tile[t] = x[i] if i < x.size else 0.0
+    if t == 0:
+        tile[TPB] = x[i + TPB] if i + TPB < x.size else 0.0
+    if sync:
+        cuda.syncthreads()
+    if i < x.size:
+        out[i] = tile[t] + tile[t + 1]
+
+
+def _shift(order, sync):
+    x = np.arange(20, dtype=np.float32)
+    out = np.zeros_like(x)
+    with kernels.thread_order(order):
+        _shift_sum[3, TPB](x, out, sync)
+    return np.allclose(out, x + np.append(x[1:], 0))
+
+
+def test_thread_order_shows_a_race_and_passes_a_barrier():
+    assert _shift("forward", True) and _shift("reverse", True)
+    assert not (_shift("forward", False) and _shift("reverse", False))
+
+
+def test_thread_order_names_the_thread_out_of_bounds_and_restores_the_simulator():
+    from numba.cuda.simulator import kernel as sim
+
+    before = sim.BlockManager.run
+
+    @cuda.jit
+    def double(x):
+        i = cuda.grid(1)
+        x[i] = 2 * x[i]
+
+    with pytest.raises(IndexError, match=r"tid=\[4, 0, 0\] ctaid=\[1, 0, 0\]"):
+        with kernels.thread_order("forward"):
+            double[2, 8](np.ones(12, dtype=np.float32))
+    assert sim.BlockManager.run is before
+    with pytest.raises(ValueError, match="'sideways'"):
+        with kernels.thread_order("sideways"):
+            pass
