@@ -1,0 +1,125 @@
+"""Episode 13's sharding scripts, run for real on CPU processes (Gloo), and its memory plan.
+
+One 2-process FSDP2 run, started the way the episode starts it but on a machine that looks like
+one T4 (the fake CUDA runtime, which child processes see too), checks: the processes stayed on
+the CPU; every rank's bytes of parameters, gradients and Adam state are its torch.chunk share
+(the whole model over the ranks, padding allocated); ZeRO-3 and ZeRO-2 train the single-process
+weights to float32 rounding; ZeRO-3 all-gathers twice as often as ZeRO-2; no process outlives the
+launch. The memory plan's fake process group agrees with its closed form, and a missing internal
+API gives the closed form with a message that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import psutil
+import pytest
+import torch
+
+from gpucourse.distributed import launch, torchrun
+from gpucourse.distributed import memory_plan, sharded
+from gpucourse.fakecuda import fake_gpu
+from gpucourse.llm import CONFIGS
+
+
+def child_device(wanted: str) -> str:
+    code = ("from gpucourse.distributed.sharded import pick_device; "
+            f"print(*pick_device(0, 2, {wanted!r}))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=dict(os.environ, LOCAL_RANK="0")).stdout.split()
+
+
+def test_one_gpu_keeps_two_processes_on_the_cpu_and_two_gpus_use_nccl():
+    with fake_gpu("T4", 1):
+        assert torch.cuda.is_available()
+        assert sharded.pick_device(0, 2) == ("cpu", "gloo")
+        assert child_device("auto") == ["cpu", "gloo"]           # the child sees the same T4
+        with pytest.raises(RuntimeError, match="one GPU per process"):
+            sharded.pick_device(0, 2, "cuda")
+    with fake_gpu("T4", 2):
+        assert child_device("auto") == ["cuda", "nccl"]
+        assert child_device("cpu") == ["cpu", "gloo"]            # told to stay on the CPU
+
+
+def _held(shape, world, rank):
+    pieces = torch.empty(shape).chunk(world)
+    return pieces[rank].numel() if rank < len(pieces) else 0
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fsdp")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with fake_gpu("T4", 1):                   # a machine with one GPU: the run must stay on the CPU
+        run = launch(torchrun("--standalone", "--nproc-per-node=2", "-m", "gpucourse.distributed.fsdp_train",
+                              "--out", out, "--strategies", "zero3,zero2,ddp", "--steps", 3),
+                     timeout=240, show=False)
+    left = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert run.ok, run.output
+    return [json.loads((out / f"result-rank{r}.json").read_text()) for r in range(2)], left
+
+
+def test_no_process_outlives_the_launch(fsdp_run):
+    assert fsdp_run[1] == set()
+
+
+def test_each_rank_holds_its_chunk_and_the_ranks_hold_the_model(fsdp_run):
+    ranks, _ = fsdp_run
+    shapes = ranks[0]["param_shapes"].values()
+    assert {r["device"] for r in ranks} == {"cpu"} and {r["backend"] for r in ranks} == {"gloo"}
+    for strategy in ("zero3", "zero2"):
+        held = [r["strategies"][strategy]["bytes"] for r in ranks]
+        for rank, b in enumerate(held):
+            rule = 4 * sum(_held(s, 2, rank) for s in shapes)
+            assert b["params"] == b["grads"] == rule
+            assert b["optimizer"] == 2 * rule                    # Adam's two moments
+            padded = 4 * sum(torch.empty(s).chunk(2)[0].numel() for s in shapes)
+            assert b["params_allocated"] == padded
+        assert sum(b["params"] for b in held) == ranks[0]["full_params_bytes"]
+        assert held[1]["params"] < ranks[0]["full_params_bytes"] / 2 < held[0]["params"]   # the one-row head
+    ddp = ranks[1]["strategies"]["ddp"]["bytes"]
+    assert ddp["params"] == ddp["grads"] == ranks[0]["full_params_bytes"]
+
+
+def test_sharded_training_matches_one_process(fsdp_run):
+    ranks, _ = fsdp_run
+    for strategy, result in ranks[0]["strategies"].items():
+        assert result["max_weight_difference"] < 1e-5, strategy
+        assert max(abs(a - b) for a, b in zip(result["losses"], result["reference_losses"])) < 1e-5
+
+
+def test_zero3_gathers_twice_what_zero2_gathers(fsdp_run):
+    comm = fsdp_run[0][0]["strategies"]
+    z3, z2 = comm["zero3"]["comm"], comm["zero2"]["comm"]
+    assert z3["all-gather"]["calls"] == 2 * z2["all-gather"]["calls"]
+    assert z3["all-gather"]["bytes"] == 2 * z2["all-gather"]["bytes"]
+    assert z3["reduce-scatter"] == z2["reduce-scatter"]
+    assert set(comm["ddp"]["comm"]) == {"all-reduce"}
+    full = fsdp_run[0][0]["full_params_bytes"]
+    assert comm["ddp"]["comm"]["all-reduce"]["bytes"] == full       # every gradient, once a step
+
+
+def test_fake_process_group_plan_equals_the_closed_form():
+    for name in ("Llama-2-7B", "Llama-3.1-70B"):
+        fake = memory_plan.fake_plan(CONFIGS[name], 64, 0)
+        closed = memory_plan.closed_form(CONFIGS[name], 64, 0)
+        assert fake["how"] == "fake process group"
+        for key in ("held", "parameters", "state_bytes", "gathered_bytes"):
+            assert fake[key] == closed[key], (name, key)
+    assert fake["parameters"] == 70_553_706_496
+    assert math.isclose(closed["held"], closed["parameters"] / 64, rel_tol=0.01)
+
+
+def test_plan_falls_back_with_a_message_when_the_internal_api_moves(monkeypatch):
+    def moved(*args, **kwargs):
+        raise ImportError("No module named 'torch.testing._internal.distributed.fake_pg'")
+
+    monkeypatch.setattr(memory_plan, "fake_plan", moved)
+    row = memory_plan.plan("Llama-2-7B", 64)
+    assert row["how"] == "closed form" and "internal APIs" in row["note"] and "fake_pg" in row["note"]
+    assert row["held"] == memory_plan.closed_form(CONFIGS["Llama-2-7B"], 64)["held"]
