@@ -128,8 +128,7 @@ def test_matmul_is_right_on_ragged_shapes_and_a_transposed_view(episode):
     B = torch.randn(21, 50).half().t()
     C = torch.full((37, 21), float("nan"))
     kernels.interpreted(episode.matmul_kernel)[(3, 2)](A, B, C, 37, 21, 50, *A.stride(),
-                                                       *B.stride(), *C.stride(), BM=16, BN=16,
-                                                       BK=16)
+                                                       *B.stride(), BM=16, BN=16, BK=16)
     assert torch.allclose(C, A.float() @ B.float(), atol=1e-3)
 
 
@@ -141,7 +140,7 @@ def mixes(episode):
     examples = {"add_kernel": ((f32, f32, f32, 1), dict(BLOCK=256)),
                 "softmax_kernel": ((f32, f32, 1, 1, 1), dict(BLOCK=1024)),
                 "bias_gelu_kernel": ((f32, f32, f32, 1, 1, 1), dict(BLOCK=1024)),
-                "matmul_kernel": ((a16, a16, f32, *[1] * 9), dict(BM=64, BN=64, BK=32))}
+                "matmul_kernel": ((a16, a16, f32, *[1] * 7), dict(BM=64, BN=64, BK=32))}
     jobs = [(getattr(episode, name), cc, args, consts)
             for name, (args, consts) in examples.items() for cc in kernels.TARGETS.values()]
     ptx = kernels.compile_many(jobs)
