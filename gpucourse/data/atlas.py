@@ -9,7 +9,8 @@ lepton branches are per-event (jagged) arrays in MeV.
 The pipeline, each step a small public function:
 
 ``read_events(path)``
-    Reads only ``BRANCHES`` from one file with uproot; checks the schema.
+    Reads only ``BRANCHES`` from one file with uproot; checks the schema
+    (defined in ``atlas_schema``).
 ``select_four_leptons(events)``
     The standard selection: exactly four leptons, total charge zero, two
     same-flavour opposite-charge (SFOS) pairs. Returns a mask and a cut flow.
@@ -21,10 +22,12 @@ The pipeline, each step a small public function:
     Everything at once, with the feature table cached: the real files when the
     network allows, otherwise a generated stand-in, announced in the output.
 
-Where the real files come from, pinned with their sizes and checksums:
-``atlas_sources``. The offline stand-in, generated in the same ROOT schema so
-that the same reader runs: ``atlas_standin``. Every file goes through the
-course cache (``cache``).
+What a file is (release, tree, branches, units, samples) and the reader that
+checks it: ``atlas_schema``, re-exported here. Where the real files come from,
+pinned with their sizes and checksums: ``atlas_sources``. The offline
+stand-in, generated in the same ROOT schema so that the same reader runs:
+``atlas_standin``. Each of the three imports ``atlas_schema``, none imports
+``atlas``. Every file goes through the course cache (``cache``).
 """
 
 from __future__ import annotations
@@ -40,123 +43,25 @@ import numpy as np
 from .. import settings
 from . import cache
 from . import atlas_sources as sources
+from .atlas_schema import (BRANCHES, ELECTRON, LEPTON_BRANCHES, MEV_PER_GEV, MUON, MZ, RELEASE,  # noqa: F401
+                           SAMPLES, SKIM, TREE, Sample, SchemaError, invariant_mass, read_events)
+from .atlas_standin import standin_files
 from .download import DownloadError
 
-# --- The data set ----------------------------------------------------------
+# --- The data set: see atlas_schema (shared with atlas_sources and atlas_standin) ---
 
-RELEASE = "2020e-13tev"
-"""The pinned ATLAS Open Data release (name used by ``atlasopenmagic``)."""
-
-SKIM = "4lep"
-TREE = "mini"
-@dataclass(frozen=True)
-class Sample:
-    """One Monte Carlo sample of the release."""
-
-    key: str
-    dsid: int
-    name: str
-    label: int
-    description: str
-
-    @property
-    def filename(self) -> str:
-        return f"mc_{self.dsid}.{self.name}.{SKIM}.root"
-
-
-SAMPLES = {
-    "signal": Sample("signal", 345060, "ggH125_ZZ4lep", 1,
-                     "gluon-fusion Higgs boson, m_H = 125 GeV, H → ZZ* → 4ℓ (Powheg+Pythia8)"),
-    "background": Sample("background", 363490, "llll", 0,
-                         "non-resonant ZZ*/Zγ* → 4ℓ (Sherpa)"),
-}
-
-BRANCHES = ("lep_n", "lep_pt", "lep_eta", "lep_phi", "lep_E", "lep_charge", "lep_type")
-"""The only branches read (the files have more than 80)."""
-
-LEPTON_BRANCHES = BRANCHES[1:]
 FEATURES = tuple(f"lep{i}_{v}" for i in range(1, 5) for v in ("pt", "eta", "phi")) + ("m4l", "mZ1", "mZ2")
 """Feature columns, in order; momenta and masses in GeV."""
 
-MZ = 91.1876  # GeV, Z-boson mass (PDG)
-MEV_PER_GEV = 1000.0
-ELECTRON, MUON = 11, 13
 _CUTS = ("read", "exactly 4 leptons", "total charge 0", "two SFOS pairs")
 _CACHE_VERSION = 1  # bump when the selection or the features change
-
-
-class SchemaError(ValueError):
-    """A file does not have the tree, branches or units this loader expects."""
 
 
 class NoEventsError(ValueError):
     """No event passed the selection, so there is nothing to learn from."""
 
 
-# --- Reading and selecting ---------------------------------------------------
-
-def read_events(path, max_events: int | None = None):
-    """Read the lepton branches of one file.
-
-    Parameters
-    ----------
-    path : str or Path
-        A ROOT file with the ``mini`` tree of the 2020 13 TeV release.
-    max_events : int, optional
-        Read at most this many events (from the start).
-
-    Returns
-    -------
-    awkward.Array
-        One record per event with fields ``BRANCHES``.
-
-    Raises
-    ------
-    SchemaError
-        If the file cannot be read as ROOT, lacks the tree or a branch (the
-        message names the branch and the file), or its pT does not look like MeV.
-    """
-    import awkward as ak
-    import uproot
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist.")
-    try:
-        handle = uproot.open(path)
-    except Exception as exc:  # not ROOT, truncated, ...
-        raise SchemaError(f"{path} could not be opened as a ROOT file ({type(exc).__name__}: {exc}). "
-                          "It may be truncated or not a ROOT file at all.") from exc
-    with handle:
-        if TREE not in handle:
-            found = ", ".join(k.split(";")[0] for k in handle.keys()) or "nothing"
-            raise SchemaError(f"{path.name} has no tree {TREE!r} (it holds: {found}); "
-                              f"expected a file of ATLAS Open Data release {RELEASE}.")
-        tree = handle[TREE]
-        present = set(tree.keys())
-        missing = [b for b in BRANCHES if b not in present]
-        if missing:
-            raise SchemaError(f"{path.name} (at {path}) is missing branch(es) {', '.join(missing)} "
-                              f"in tree {TREE!r}; the loader needs {', '.join(BRANCHES)}.")
-        try:
-            events = tree.arrays(list(BRANCHES), entry_stop=max_events, library="ak")
-        except Exception as exc:
-            raise SchemaError(f"{path.name}: reading branches {', '.join(BRANCHES)} failed "
-                              f"({type(exc).__name__}: {exc}); the file may be truncated.") from exc
-    for name in LEPTON_BRANCHES:
-        if events[name].ndim != 2:
-            raise SchemaError(f"{path.name}: branch {name} should hold one value per lepton "
-                              f"(a jagged array), but it has one value per event.")
-    if len(events) and not ak.all(ak.num(events["lep_pt"]) == events["lep_n"]):
-        raise SchemaError(f"{path.name}: lep_n does not match the length of lep_pt in some events.")
-    if len(events):
-        leading = ak.to_numpy(ak.max(events["lep_pt"], axis=1, mask_identity=False))
-        if np.median(leading) < 1000.0:
-            raise SchemaError(f"{path.name}: the leading lepton pT has median {np.median(leading):.3g}; "
-                              "this loader expects MeV (tens of thousands), as in release "
-                              f"{RELEASE}. Is this a file in GeV from another release?")
-    return events
-
+# --- Selecting ---------------------------------------------------------------
 
 def select_four_leptons(events):
     """The standard four-lepton selection.
@@ -207,11 +112,6 @@ def _four_vectors(events):
     return p4, pt, eta, phi, charge, flavour
 
 
-def _mass(p4):
-    m2 = p4[..., 0] ** 2 - (p4[..., 1:] ** 2).sum(axis=-1)
-    return np.sqrt(np.maximum(m2, 0.0))
-
-
 _PAIRINGS = ((0, 1, 2, 3), (0, 2, 1, 3), (0, 3, 1, 2))
 
 
@@ -233,15 +133,15 @@ def compute_features(events):
     if len(events) == 0:
         return np.zeros((0, len(FEATURES)), dtype=np.float32)
     p4, pt, eta, phi, charge, flavour = _four_vectors(events)
-    m4l = _mass(p4.sum(axis=1))
+    m4l = invariant_mass(p4.sum(axis=1))
     best = np.full(len(pt), np.inf)
     mz1 = np.full(len(pt), np.nan)
     mz2 = np.full(len(pt), np.nan)
     for a, b, c, d in _PAIRINGS:
         valid = ((flavour[:, a] == flavour[:, b]) & (charge[:, a] + charge[:, b] == 0)
                  & (flavour[:, c] == flavour[:, d]) & (charge[:, c] + charge[:, d] == 0))
-        m_ab = _mass(p4[:, a] + p4[:, b])
-        m_cd = _mass(p4[:, c] + p4[:, d])
+        m_ab = invariant_mass(p4[:, a] + p4[:, b])
+        m_cd = invariant_mass(p4[:, c] + p4[:, d])
         ab_first = np.abs(m_ab - MZ) <= np.abs(m_cd - MZ)
         z1 = np.where(ab_first, m_ab, m_cd)
         z2 = np.where(ab_first, m_cd, m_ab)
@@ -400,8 +300,6 @@ def load_4lep(n_per_class: int | None = None, *, source: str = "auto", timeout: 
                 standin = True
     if standin:
         n_generate = 50_000 if n_per_class is None else int(np.ceil(n_per_class / 0.8 / 1000) * 1000)
-        from .atlas_standin import standin_files
-
         files = standin_files(n_generate, seed)
     tables, cutflow = {}, {}
     for key, path in files.items():

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import settings
 from . import cache
+from .atlas_schema import RELEASE, SAMPLES, SchemaError, read_events
 from .download import DownloadError, NetworkError, NotFoundError, OfflineError, fetch
 
 RECORD = 15005
@@ -78,8 +79,6 @@ def real_files(timeout: float = 300.0, verbose: bool = True) -> dict[str, Path]:
         A file could not be fetched from any address; the message lists each
         address with its reason.
     """
-    from .atlas import RELEASE, SAMPLES, SchemaError, read_events
-
     folder = cache.folder("atlas-4lep", RELEASE)
     paths = {}
     for key, sample in SAMPLES.items():

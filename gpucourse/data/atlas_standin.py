@@ -4,7 +4,7 @@ Offline (``GPUCOURSE_OFFLINE=1``), or when the real files cannot be
 downloaded, episode 3 runs on events generated here: H → ZZ* → 4ℓ signal and
 ZZ → 4ℓ background with the right mass peaks and lepton kinematics, written as
 ROOT files with the release's tree, branch names, MeV units and jagged lepton
-arrays. The real reader (``atlas.read_events``) then runs unchanged; every
+arrays. The real reader (``atlas_schema.read_events``) then runs unchanged; every
 output says the data are a stand-in.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from . import cache
-from .atlas import ELECTRON, MEV_PER_GEV, MUON, MZ, SAMPLES, TREE, _mass
+from .atlas_schema import ELECTRON, MEV_PER_GEV, MUON, MZ, SAMPLES, TREE, invariant_mass
 
 
 def _unit_vectors(rng, n):
@@ -42,7 +42,7 @@ def _boost(p4, beta):
 
 def _decay(rng, mother_p4, m1, m2):
     """Isotropic two-body decays in the mother's rest frame, returned in the lab."""
-    p = _two_body(_mass(mother_p4), m1, m2)
+    p = _two_body(invariant_mass(mother_p4), m1, m2)
     direction = _unit_vectors(rng, len(p))
     d1 = np.concatenate([np.sqrt(m1**2 + p**2)[:, None], p[:, None] * direction], axis=1)
     d2 = np.concatenate([np.sqrt(m2**2 + p**2)[:, None], -p[:, None] * direction], axis=1)
