@@ -164,6 +164,13 @@ Q2_WRONG = [
                  id="intensity-always-float32"),
     pytest.param(roofline_with(intensity=lambda f: f["flops"] / (f["args"][3] * f["args"][1] * f["args"][2])),
                  "only the weights", id="intensity-weights-only"),
+    # X, W and Y: a square layer has X and Y of one size, the V100 case (1024 -> 4096) tells them apart
+    pytest.param(roofline_with(intensity=lambda f: f["flops"] / (f["args"][3] * f["args"][1] * (f["args"][0]
+                                                                                            + f["args"][2]))),
+                 ["not the output Y"], id="intensity-without-output"),
+    pytest.param(roofline_with(intensity=lambda f: f["flops"] / (f["args"][3] * f["args"][2] * (f["args"][0]
+                                                                                            + f["args"][1]))),
+                 ["not the input X"], id="intensity-without-input"),
     pytest.param(roofline_with(intensity=lambda f: 1 / f["intensity"]), "Upside down", id="intensity-upside-down"),
     pytest.param(roofline_with(intensity=lambda f: f["args"][1] / 6), ["SQUARE", "n/6"], id="square-matmul-formula"),
     pytest.param(roofline_with(intensity=lambda f: 0.4997559785261103), ["type in numbers"],

@@ -210,6 +210,11 @@ INTENSITY_MISTAKES = [
     (lambda b, i, o, d: 2 * b * i * o / (d * i * o),
      "You counted only the weights' bytes. With a large batch the input X and the output Y are as big as W: "
      "count all three."),
+    (lambda b, i, o, d: 2 * b * i * o / (d * (b * i + i * o)),
+     "You counted the bytes read (X and W) but not the output Y the product writes: with a large batch "
+     "Y is as big as X. Count X, W and Y once each."),
+    (lambda b, i, o, d: 2 * b * i * o / (d * (i * o + b * o)),
+     "You counted W and Y but not the input X the product reads: count X, W and Y once each."),
     (lambda b, i, o, d: d * (b * i + i * o + b * o) / (2 * b * i * o),
      "Upside down: intensity is FLOPs ÷ bytes moved."),
     (lambda b, i, o, d: i / 6,
