@@ -20,6 +20,7 @@ import numbers
 import types
 from unittest import mock
 
+from .diagnosis import best_fit
 from ..exercises import Exercise, NotDone, Wrong, is_blank, require_function, solution_link
 from ..exercises import call_answer as _call
 
@@ -38,6 +39,9 @@ RTX4090 = ("NVIDIA GeForce RTX 4090", 25_393_692_672)    # 25.4 GB, but 23.6 GiB
 A100_40 = ("NVIDIA A100-SXM4-40GB", 42_505_273_344)      # 39.6 GiB
 A100_80 = ("NVIDIA A100 80GB PCIe", 85_100_249_088)      # 79.3 GiB
 EXACT_8 = ("Simulated GPU with exactly 8 GiB", 8 * GIB)
+#: An L4 another job is using: 12.0 GiB free of 22.0 (a third item, bytes in use; 0 when absent), so
+#: that total memory, which the exercise asks for, and free memory (mem_get_info) differ.
+L4_BUSY = ("NVIDIA L4", 23_580_639_232, 10 * GIB)
 
 #: (what the machine is, its GPUs, need_gib, expected device).
 Q1_CASES = [
@@ -46,7 +50,7 @@ Q1_CASES = [
     ("Colab", [T4], 20, "cpu"),
     ("a workstation", [RTX4090, A100_40], 24, "cuda:1"),
     ("a shared server", [T4, T4, A100_80, L4], 20, "cuda:2"),
-    ("a server", [L4, A100_80], 16, "cuda:0"),
+    ("a server", [L4_BUSY, A100_80], 16, "cuda:0"),
     ("a test rig", [EXACT_8, T4], 8, "cuda:0"),
     ("a server", [T4, A100_40], 0.5, "cuda:0"),
 ]
@@ -80,7 +84,7 @@ def _simulated_machine(gpus):
     count = len(gpus)
 
     def properties(device=None):
-        name, total = gpus[_gpu_index(device, count)]
+        name, total = gpus[_gpu_index(device, count)][:2]
         return types.SimpleNamespace(name=name, total_memory=total, major=8, minor=0,
                                      multi_processor_count=80, is_integrated=False)
 
@@ -88,8 +92,8 @@ def _simulated_machine(gpus):
         return gpus[_gpu_index(device, count)][0]
 
     def mem_get_info(device=None):
-        total = gpus[_gpu_index(device, count)][1]
-        return total, total  # idle simulated GPUs: all their memory is free
+        gpu = gpus[_gpu_index(device, count)]
+        return gpu[1] - _in_use(gpu), gpu[1]       # (free, total), as torch returns them
 
     def no_gpu(*args, **kwargs):
         raise RuntimeError("the check simulates this machine: only torch.cuda.is_available, device_count, "
@@ -110,16 +114,24 @@ def _simulated_machine(gpus):
         yield
 
 
+def _in_use(gpu) -> int:
+    """Bytes another job uses on a simulated GPU (name, total[, in use])."""
+    return gpu[2] if len(gpu) > 2 else 0
+
+
 def _describe(gpus) -> str:
     if not gpus:
         return "no GPU"
-    return "; ".join(f"cuda:{i} = {name}, {total / GIB:.1f} GiB" for i, (name, total) in enumerate(gpus))
+    return "; ".join(f"cuda:{i} = {gpu[0]}, {gpu[1] / GIB:.1f} GiB"
+                     + (f" ({_in_use(gpu) / GIB:.1f} GiB in use by another job)" if _in_use(gpu) else "")
+                     for i, gpu in enumerate(gpus))
 
 
 def _pick(gpus, need, *, size=lambda total: total / GIB, fits=lambda have, need: have >= need,
-          order="first"):
+          order="first", free=False):
     """The device a rule picks: by default the right one, otherwise a plausible mistake's."""
-    fitting = [i for i, (_, total) in enumerate(gpus) if fits(size(total), need)]
+    fitting = [i for i, gpu in enumerate(gpus)
+               if fits(size(gpu[1] - (_in_use(gpu) if free else 0)), need)]
     if not fitting:
         return "cpu"
     if order == "biggest":
@@ -142,8 +154,28 @@ def _as_device(value, call: str):
     return value
 
 
-def _pick_mistake(gpus, need, got: str, expected: str) -> str:
-    """Why ``got`` is wrong for ``need`` GiB on ``gpus``."""
+#: The rules behind wrong picks of a GPU that has enough memory, as arguments of ``_pick``.
+PICK_MISTAKES = {
+    "gb": dict(size=lambda total: total / 1e9),
+    "free": dict(free=True),
+    "strict": dict(fits=lambda have, need: have > need),
+    "biggest": dict(order="biggest"),
+    "last": dict(order="last"),
+}
+
+
+def _free_memory_message(gpus) -> str:
+    busy = next(i for i, gpu in enumerate(gpus) if _in_use(gpu))
+    return (f"cuda:{busy} has {gpus[busy][1] / GIB:.1f} GiB in total, of which "
+            f"{(gpus[busy][1] - _in_use(gpus[busy])) / GIB:.1f} GiB are free now. Did you compare the "
+            "free memory (torch.cuda.mem_get_info)? The exercise asks for the GPU's total memory, "
+            "get_device_properties(i).total_memory: what fits a model on an empty GPU, not what "
+            "another job leaves today.")
+
+
+def _pick_mistake(gpus, need, got: str, expected: str, prefer: str | None = None) -> str:
+    """Why ``got`` is wrong for ``need`` GiB on ``gpus``; ``prefer``, a key of ``PICK_MISTAKES``, is
+    the rule that explains most of the answer's wrong picks (two rules can pick alike on one case)."""
     count = len(gpus)
     if got.startswith("cuda:"):
         index = int(got.split(":")[1])
@@ -165,30 +197,45 @@ def _pick_mistake(gpus, need, got: str, expected: str) -> str:
         return (f"{got} has only {have:.1f} GiB, less than the {need} GiB the model needs. Did you check "
                 "each GPU's memory, torch.cuda.get_device_properties(i).total_memory? It is in bytes: "
                 "divide it by 2**30 before comparing it with need_gib.")
-    if got == _pick(gpus, need, fits=lambda have, need: have > need):
-        return (f"{expected} has exactly {need} GiB, which is enough for a model that needs {need} GiB: "
-                "use >=, not >.")
-    if got == _pick(gpus, need, order="biggest"):
-        return (f"{expected} already has enough memory; return the lowest-numbered GPU that fits, "
-                "not the biggest.")
-    if got == _pick(gpus, need, order="last"):
-        return (f"{expected} already has enough memory; return the first GPU that fits (stop looking "
-                "when you find one), not the last.")
+    messages = {
+        "free": lambda: _free_memory_message(gpus),
+        "strict": lambda: (f"{expected} has exactly {need} GiB, which is enough for a model that needs "
+                           f"{need} GiB: use >=, not >."),
+        "biggest": lambda: (f"{expected} already has enough memory; return the lowest-numbered GPU that "
+                            "fits, not the biggest."),
+        "last": lambda: (f"{expected} already has enough memory; return the first GPU that fits (stop "
+                         "looking when you find one), not the last."),
+    }
+    order = ([prefer] if prefer in messages else []) + list(messages)
+    for rule in order:
+        if got == _pick(gpus, need, **PICK_MISTAKES[rule]) != expected:
+            return messages[rule]()
     return f"Return the lowest-numbered GPU with at least {need} GiB."
 
 
 def _check_pick_device(pick_device):
     require_function(pick_device, "pick_device")
+    answers = []
     for machine, gpus, need, expected in Q1_CASES:
         call = f"On {machine} ({_describe(gpus)}), pick_device({need})"
         with _simulated_machine(gpus):
             got = _as_device(_call(pick_device, need, what=call), call)
         if got.type not in ("cuda", "cpu", "mps"):
             raise Wrong(f"{call} returned {got}; expected {expected}. Return a GPU, cuda:<i>, or the CPU.")
-        shown = "cpu" if got.type == "cpu" else str(got)
-        if shown != expected:
-            raise Wrong(f"{call} returned {got}; expected {expected}. "
-                        + _pick_mistake(gpus, need, shown, expected))
+        answers.append((call, got, "cpu" if got.type == "cpu" else str(got)))
+    wrong = [(case, answer) for case, answer in zip(Q1_CASES, answers) if answer[2] != case[3]]
+    if wrong:
+        fit = best_fit(wrong, answer_of=lambda item: item[1][2],
+                       candidates_of=lambda item: {rule: _pick(item[0][1], item[0][2], **kw)
+                                                   for rule, kw in PICK_MISTAKES.items()},
+                       same=lambda got, value: got == value)
+        prefer = fit[0] if fit and fit[1] == fit[2] else None      # only a rule that explains them all
+        # report a case the preferred rule explains, else the first wrong one
+        shown = next((w for w in wrong if prefer and w[1][2] == _pick(w[0][1], w[0][2],
+                                                                      **PICK_MISTAKES[prefer])), wrong[0])
+        (machine, gpus, need, expected), (call, got, picked) = shown
+        raise Wrong(f"{call} returned {got}; expected {expected}. "
+                    + _pick_mistake(gpus, need, picked, expected, prefer))
     return ("it picks the first GPU with enough memory, and the CPU when none has enough, on "
             f"{len(Q1_CASES)} simulated machines. Note the T4: '16 GB' on the box, 14.7 GiB to PyTorch.")
 
