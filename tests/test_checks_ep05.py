@@ -303,3 +303,16 @@ def test_written_otherwise_passes():
 
     result, message = ep05.q2.outcome(max_batch_numpy)
     assert result == "correct", message
+
+
+def test_q3_an_error_in_smallest_gpu_is_explained_in_the_learners_words():
+    """A helper without `return` gives None; the message names that, not only the TypeError."""
+    def need_of(parameters, activation_bytes, batch):
+        16 * parameters + activation_bytes * batch          # the value is computed, never returned
+
+    def smallest_gpu(parameters, activation_bytes, batch, gpus, headroom):
+        need = need_of(parameters, activation_bytes, batch)
+        fitting = {n: gb for n, gb in gpus.items() if need <= (1 - headroom) * gb * 10**9}
+        return min(fitting, key=fitting.get) if fitting else None
+
+    assert_wrong(ep05.q3, [smallest_gpu], ["raised TypeError", "None", "missing `return`"])

@@ -585,3 +585,9 @@ def test_q2_half_done_helper_is_not_done():
         return total
     result, message = outcome(ep06.q2, step)
     assert result == "not-done" and "still uses ____" in message
+
+
+def test_q3_an_error_in_choose_is_explained_in_the_learners_words():
+    """A raw ZeroDivisionError tells a learner where Python stopped; the message says what it means."""
+    assert_wrong(ep06.q3, [lambda options, budget: max(options, key=lambda n: options[n][2] / 0)],
+                 ["raised ZeroDivisionError", "divides by zero"])

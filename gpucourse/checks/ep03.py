@@ -33,6 +33,7 @@ from unittest import mock
 import numpy as np
 
 from .. import timing
+from ..exercises import error_message
 from ..exercises import Exercise, answer_deadline, NotDone, Wrong, as_number, is_blank, require_function, solution_link
 from ..exercises import call_answer as _call
 from ..exercises import mentions_blank as _mentions_blank
@@ -922,7 +923,7 @@ def _run_crossover(crossover, widths, cpu_times, gpu_times):
             raise NotDone("crossover still uses ____: replace it with your code.") from None
         extra = (" With no GPU, gpu_times is None: return None before looking at it."
                  if gpu_times is None else "")
-        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.{extra}") from None
+        raise Wrong(error_message(what, exc) + extra) from None
     if is_blank(got):
         raise NotDone("crossover still returns ____: replace it with your code.")
     if got is None:

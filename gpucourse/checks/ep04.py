@@ -33,6 +33,7 @@ from unittest import mock
 
 import numpy as np
 
+from ..exercises import error_message
 from ..exercises import (
     Exercise,
     NotDone,
@@ -293,7 +294,7 @@ def _q2_run(cpu_reference, x, what: str, *, outer: str | None):
             placement = _placement_error(exc)
             if placement:
                 return None, placement
-            raise Wrong(f"{what} raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}.") from None
+            raise Wrong(error_message(what, exc)) from None
         if tf.config.get_soft_device_placement():
             raise Wrong(f"{what} switches soft placement back on: then a request TensorFlow cannot meet falls "
                         "back silently. Leave the setting alone; pin your work with `with tf.device(...)`.")

@@ -21,6 +21,7 @@ import math
 import numbers
 from fractions import Fraction
 
+from ..exercises import error_message
 from ..exercises import (Exercise, NotDone, Wrong, answer_deadline, as_number, call_answer, changes, describe,
                          is_blank, mentions_blank, require_function, snapshot, solution_link)
 
@@ -401,7 +402,7 @@ def _check_smallest_gpu(smallest_gpu):
             if isinstance(exc, ValueError) and "empty" in str(exc):
                 raise Wrong(f"{what} raised ValueError ({exc}): when no GPU is big enough, return None (min() of "
                             "nothing raises: check first).") from None
-            raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+            raise Wrong(error_message(what, exc)) from None
         if is_blank(got):
             raise NotDone("smallest_gpu still returns ____: replace it with your code.")
         if given != gpus:

@@ -31,6 +31,7 @@ import sys
 import weakref
 from unittest import mock
 
+from ..exercises import error_message
 from ..exercises import (Exercise, NotDone, Wrong, answer_deadline, as_number, changes, describe,
                          is_blank, mentions_blank, require_function, snapshot, solution_link, tensors_close, uses_blank)
 
@@ -174,7 +175,7 @@ def _run_search(largest_batch, sim, start, what):
         if isinstance(exc, (TypeError, ValueError)) and "try_step(" in str(exc):
             raise Wrong(f"{what}: {exc} Halve and bisect with // so that every size is an int, and never "
                         "try a batch below 1.") from None
-        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+        raise Wrong(error_message(what, exc)) from None
     if is_blank(result):
         raise NotDone("largest_batch still returns ____: replace it with your code.")
     if result is None:
@@ -302,7 +303,7 @@ def _search_cases(largest_batch, cleanups=None):
     except Exception as exc:
         if mentions_blank(exc):
             raise NotDone("largest_batch still uses ____: replace it with your code.") from None
-        raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+        raise Wrong(error_message(what, exc)) from None
     else:
         raise Wrong(f"{what} returned {result!r}: it caught an error that is not out of memory and treated it as "
                     "one. Catch only torch.OutOfMemoryError (except RuntimeError or except Exception also catches "
@@ -477,7 +478,7 @@ def _check_accumulation(accumulated_step):
         except Exception as exc:
             if mentions_blank(exc):
                 raise NotDone("accumulated_step still uses ____: replace it with your code.") from None
-            raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+            raise Wrong(error_message(what, exc)) from None
         if is_blank(result):
             raise NotDone("accumulated_step still returns ____: replace it with your code.")
         changed = changes(loss_before, loss_fn)
@@ -663,11 +664,11 @@ def _check_choose(choose):
             if expected is None and ("empty" in str(exc) or "arg is an empty" in str(exc)):
                 raise Wrong(f"{what} raised ValueError ({exc}): when no option fits, return None "
                             "(max() of nothing raises: check first, or use max(..., default=None)).") from None
-            raise Wrong(f"{what} raised ValueError: {exc}.") from None
+            raise Wrong(error_message(what, exc)) from None
         except Exception as exc:
             if mentions_blank(exc):
                 raise NotDone("choose still uses ____: replace it with your code.") from None
-            raise Wrong(f"{what} raised {type(exc).__name__}: {exc}.") from None
+            raise Wrong(error_message(what, exc)) from None
         if is_blank(got):
             raise NotDone("choose still returns ____: replace it with your code.")
         changed = changes(snapshot(options), given)

@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from .. import exercises as _exercises
+from ..exercises import error_message
 from ..exercises import (Exercise, NotDone, Wrong, as_number, changes, deadline_message,
                          interrupt_thread, require_answer, require_function, snapshot, solution_link)
 from ..exercises import call_answer as _call
@@ -525,7 +526,7 @@ def _check_train(fn):
             if isinstance(exc, IndexError) and len(set(counts)) > 1:
                 raise Wrong(f"{case}: rank {rank} raised IndexError: {exc}. It ran out of batches: the step "
                             "count must be the smallest shard's, agreed with all_reduce(..., op='min').")
-            raise Wrong(f"{case}: rank {rank} raised {type(exc).__name__}: {exc}.")
+            raise Wrong(error_message(f"{case}: rank {rank}", exc))
         if given != batches_per_rank:
             rank = next(r for r in range(world) if given[r] != batches_per_rank[r])
             raise Wrong(f"{case}: rank {rank} changed the list of batches it was given (it now has "
