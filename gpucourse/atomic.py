@@ -142,7 +142,8 @@ def save_atomic(save: Callable[[Path], None], path: Path) -> None:
     os.close(fd)
     try:
         save(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
+        # read-write: on Windows fsync is FlushFileBuffers, which needs write access
+        fd = os.open(tmp, os.O_RDWR | getattr(os, "O_BINARY", 0))
         try:
             os.fsync(fd)
         finally:

@@ -22,24 +22,35 @@ uses ``weights_only=True``: loading a file runs no code from it.
 Both say what went wrong in words a learner can act on (:mod:`gpucourse.checkpoint_faults`):
 a save on a full disk names the sizes and that the previous checkpoint is intact; a file
 that is empty, cut short or not a checkpoint at all is named with its size and the likely
-cause.
+cause. Episode 11 shows ``capture``, ``restore``, ``save`` and ``load`` as cells that define
+them (tests/test_survive.py keeps the two equal).
+
+A run that saves ``checkpoint-{step}.pt`` (:func:`numbered`) and keeps the last two
+(:func:`prune`) resumes from the newest that loads (:func:`load_latest`): where the last may
+arrive incomplete (Google Drive uploads in the background), the one before it is still there.
+:func:`save_in_background` stops training only for a copy of the state to the CPU.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from .atomic import save_atomic
+from .atomic import remove_stale_temporaries, save_atomic
 from .checkpoint_faults import UnreadableCheckpoint, disk_full, load_error, not_a_checkpoint
 
 __all__ = ["EpochSampler", "capture", "restore", "rng_state", "set_rng_state", "save", "load",
-           "loader_generator", "where_to_keep", "UnreadableCheckpoint"]
+           "loader_generator", "where_to_keep", "UnreadableCheckpoint", "explained_save_errors",
+           "explained_load_errors", "checked", "numbered", "saved_checkpoints", "prune",
+           "load_latest", "cpu_copy", "state_bytes", "save_in_background"]
 
 
 # --- random number generators ---------------------------------------------------------------
@@ -123,53 +134,172 @@ def capture(model, optimizer, scaler, scheduler, epoch: int, step: int) -> dict:
     """Everything needed to continue exactly after ``step`` batches of ``epoch``."""
     return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "scaler": scaler.state_dict(), "scheduler": scheduler.state_dict(),
-            "epoch": epoch, "step": step,            # the sampler's epoch, and the position in it
+            "epoch": epoch, "step": step,     # the sampler's epoch, and the place in it
             "rng": rng_state()}
 
 
 def restore(ckpt: dict, model, optimizer, scaler, scheduler) -> tuple[int, int]:
-    """Load ``ckpt`` into freshly made objects; return ``(epoch, step)`` to continue from."""
+    """Load ``ckpt`` into fresh objects; return ``(epoch, step)`` to continue from."""
     model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])   # after the model is on its device: state follows
+    optimizer.load_state_dict(ckpt["optimizer"])   # state goes to the model's device
     scaler.load_state_dict(ckpt["scaler"])
     scheduler.load_state_dict(ckpt["scheduler"])
-    set_rng_state(ckpt["rng"])                     # last: nothing after this may draw a number
+    set_rng_state(ckpt["rng"])                     # last: nothing may draw after this
     return ckpt["epoch"], ckpt["step"]
 
 
 def save(ckpt: dict, path) -> Path:
-    """Write ``ckpt`` to ``path`` atomically: the old file stays until the new one is complete.
+    """Write ``ckpt`` to ``path`` atomically: the old file stays until the new is whole.
 
     On a full disk the error says so, with the sizes, and that the old file is intact.
     """
     path = Path(path)
-    try:
+    with explained_save_errors(path, ckpt):   # a full disk: say so, and the sizes
         save_atomic(lambda tmp: torch.save(ckpt, tmp), path)
-    except (OSError, RuntimeError) as exc:
-        full = disk_full(exc, path, ckpt)        # None: some other failure, raised as it is
-        if full is None:
-            raise
-        raise full from None                     # in place of PyTorch's cryptic error
     return path
 
 
 def load(path) -> dict:
     """Read a checkpoint into CPU memory, running no code from it.
 
-    ``restore`` then copies each part to the device its object lives on, whatever device this
-    run has. (Mapped straight to a GPU, Adam's step counts would land there too, where PyTorch
-    expects them on the CPU, and every optimizer step would wait to read them back.) A file
-    that is missing, empty, cut short or not a checkpoint is named, with its size and why.
+    ``restore`` then copies each part to the device its object lives on, whatever device
+    this run has. (Mapped straight to a GPU, Adam's step counts would land there too,
+    where PyTorch expects them on the CPU, and every optimizer step would wait to read
+    them back.)
     """
     path = Path(path)
-    try:
+    with explained_load_errors(path):   # empty, cut short, not a checkpoint: say which
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    return checked(path, ckpt)          # a dict of the parts capture stores
+
+
+# --- errors a learner can act on ------------------------------------------------------------
+
+@contextmanager
+def explained_save_errors(path: Path, ckpt: dict):
+    """Raise :class:`CheckpointDiskFull` (sizes, the old file intact) when a save runs out of disk.
+
+    Any other failure is raised as it is.
+    """
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        full = disk_full(exc, path, ckpt)        # None: some other failure, raised as it is
+        if full is None:
+            raise
+        raise full from None                     # in place of PyTorch's cryptic error
+
+
+@contextmanager
+def explained_load_errors(path: Path):
+    """Name a file that is missing, empty, cut short or not a PyTorch file, with its size and why.
+
+    Never PyTorch's advice to load it again with ``weights_only=False``, which would run
+    code from the file.
+    """
+    try:
+        yield
     except Exception as exc:  # noqa: BLE001 - each cause is named in the error raised instead
-        raise load_error(path, exc) from None    # not PyTorch's advice to load unsafely
+        raise load_error(path, exc) from None
+
+
+def checked(path: Path, ckpt) -> dict:
+    """``ckpt`` if it is a checkpoint from :func:`capture`; else :class:`UnreadableCheckpoint`."""
     problem = not_a_checkpoint(path, ckpt)
     if problem:
         raise UnreadableCheckpoint(problem)
     return ckpt
+
+
+# --- numbered checkpoints: keep the last few ------------------------------------------------
+
+_NUMBERED = re.compile(r"checkpoint-(\d+)\.pt")
+
+
+def numbered(folder, step: int) -> Path:
+    """``folder/checkpoint-{step}.pt``: the checkpoint written after ``step`` steps."""
+    return Path(folder) / f"checkpoint-{step}.pt"
+
+
+def saved_checkpoints(folder) -> list[Path]:
+    """The numbered checkpoints in ``folder``, oldest first (by step, not by name)."""
+    found = [(int(m.group(1)), p) for p in Path(folder).glob("checkpoint-*.pt")
+             if (m := _NUMBERED.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def prune(folder, keep: int = 2) -> list[Path]:
+    """Remove all but the newest ``keep`` numbered checkpoints in ``folder``; return the removed.
+
+    Keeping the one before the last matters where the last may not be whole when the machine
+    goes: a synced folder (Google Drive) uploads in the background. Temporaries left by
+    writers that were killed mid-save are removed too.
+    """
+    if keep < 1:
+        raise ValueError(f"keep={keep}: keep at least the newest checkpoint (keep >= 1)")
+    old = saved_checkpoints(folder)[:-keep]
+    for path in old:
+        path.unlink(missing_ok=True)
+    for name in {t.name.split(".pt.")[0] + ".pt" for t in Path(folder).glob("checkpoint-*.pt.*")}:
+        old += remove_stale_temporaries(Path(folder) / name)
+    return old
+
+
+def load_latest(folder, load=load) -> tuple[dict | None, Path | None]:
+    """The newest numbered checkpoint in ``folder`` that loads, and its path; ``(None, None)``.
+
+    One that cannot be read (cut short by a lost machine, say) is named and skipped, and the
+    one before it is used.
+    """
+    for path in reversed(saved_checkpoints(folder)):
+        try:
+            return load(path), path
+        except UnreadableCheckpoint as exc:
+            print(f"(skipping {path.name}: {exc})")
+    return None, None
+
+
+# --- asynchronous saves ---------------------------------------------------------------------
+
+def cpu_copy(state):
+    """A copy of ``state`` (nested dicts, lists, tuples) with every tensor copied to the CPU.
+
+    Training goes on changing its tensors in place; a background writer needs a copy that
+    stays as it was. This is an asynchronous save's memory cost: one more checkpoint in RAM.
+    """
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu", copy=True)
+    if isinstance(state, dict):
+        return {key: cpu_copy(value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(cpu_copy(value) for value in state)
+    return state     # numbers, strings, None: immutable
+
+
+def state_bytes(state) -> int:
+    """The bytes of every tensor in ``state``: what :func:`cpu_copy` holds in memory."""
+    if isinstance(state, torch.Tensor):
+        return state.nbytes
+    if isinstance(state, dict):
+        return sum(state_bytes(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(value) for value in state)
+    return 0
+
+
+def save_in_background(ckpt: dict, path, save=save) -> Future:
+    """Copy ``ckpt`` to the CPU now, write it to ``path`` in a background thread.
+
+    Training stops only for the copy. Call ``.result()`` on the returned future before the
+    next save (it re-raises the writer's error, e.g. a full disk), so that at most one copy
+    is held at a time. ``torch.distributed.checkpoint.async_save`` does the same for
+    sharded models.
+    """
+    snapshot = cpu_copy(ckpt)
+    return _WRITER.submit(save, snapshot, path)
+
+
+_WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
 
 
 # --- where to keep it -----------------------------------------------------------------------

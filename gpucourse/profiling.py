@@ -28,6 +28,9 @@ class SlowShards:
     read_seconds : float
         Time each item waits, as if reading it from disk or the network. Waiting uses no CPU,
         so worker processes overlap it even on a machine with few cores.
+
+    Each item is a copy of its rows (``.clone()``), not a view of the table: sent from a
+    DataLoader worker, a view would take its whole storage (the table) to shared memory.
     """
 
     def __init__(self, X, y, batch_size: int, read_seconds: float):
@@ -45,7 +48,9 @@ class SlowShards:
             raise IndexError(f"batch {i} out of range 0..{len(self) - 1}")
         time.sleep(self.read_seconds)
         rows = slice(i * self.batch_size, (i + 1) * self.batch_size)
-        return self.X[rows], self.y[rows]
+        # copies, as a reader from disk returns: a slice is a view of the whole table, and a
+        # worker process would move the whole table's storage to shared memory to send it
+        return self.X[rows].clone(), self.y[rows].clone()
 
 
 def _counts_on_device(event) -> bool:

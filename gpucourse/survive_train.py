@@ -5,10 +5,14 @@ Run it as a script, as one would on a cluster::
     python -m gpucourse.survive_train --out FOLDER [--epochs 3 --every 10 ...]
 
 It trains a small MLP with dropout, AdamW, a cosine learning-rate schedule and (on a GPU)
-mixed precision, writes ``FOLDER/checkpoint.pt`` every ``--every`` steps, and at the end the
-weights to ``FOLDER/final.pt``. Started again with the same arguments, it continues from the
-checkpoint. On SIGUSR1 or SIGTERM (what Slurm sends before the wall time with ``--signal``) it
+mixed precision, writes ``FOLDER/checkpoint-{step}.pt`` every ``--every`` steps (keeping the
+last ``--keep``, 2 by default), and at the end the weights to ``FOLDER/final.pt``. Started again
+with the same arguments, it continues from the newest checkpoint that loads. On SIGUSR1 or
+SIGTERM (what Slurm sends before the wall time with ``--signal``, and at pre-emption) it
 finishes the current step, writes a checkpoint and exits with 128 + the signal's number.
+
+In a notebook, ``main(argv, functions={...})`` runs it with the notebook's own ``capture``,
+``restore``, ``save`` and ``load`` (episode 11 defines them in cells).
 
 Every step prints ``step N loss L``, which the launcher in :mod:`gpucourse.survive` reads.
 """
@@ -35,7 +39,8 @@ from .atomic import save_atomic
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True, help="folder for checkpoint.pt and final.pt")
+    p.add_argument("--out", type=Path, required=True,
+                   help="folder for checkpoint-STEP.pt and final.pt")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--samples", type=int, default=2048)
     p.add_argument("--batch", type=int, default=64)
@@ -43,6 +48,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads; keep it the same when resuming (a sum split differently rounds differently)")
     p.add_argument("--every", type=int, default=10, help="steps between checkpoints")
+    p.add_argument("--keep", type=int, default=2,
+                   help="checkpoints kept: the newest and the ones before it")
     p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto (a GPU if there is one), cpu or cuda")
@@ -57,8 +64,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--slow-save", type=float, default=0.0,
                    help="(tests) pause this many seconds halfway through writing each checkpoint")
     args = p.parse_args(argv)
-    if min(args.epochs, args.samples, args.batch, args.width, args.every, args.threads) < 1 or args.samples < args.batch:
-        p.error("--epochs, --samples, --batch, --width and --every must be >= 1, and --samples >= --batch")
+    sizes = (args.epochs, args.samples, args.batch, args.width, args.every, args.threads, args.keep)
+    if min(sizes) < 1 or args.samples < args.batch:
+        p.error("--epochs, --samples, --batch, --width, --every, --threads and --keep must be >= 1, "
+                "and --samples >= --batch")
     args.forget = [part for part in args.forget.split(",") if part]
     unknown = sorted(set(args.forget) - set(FORGETTABLE))
     if unknown:
@@ -89,8 +98,22 @@ def _ask_to_stop(signum, frame):   # a handler only notes the request; the loop 
     _stop.append(signum)
 
 
-def main(argv=None) -> None:
+CHECKPOINT_FUNCTIONS = ("capture", "restore", "save", "load")
+
+
+def main(argv=None, functions: dict | None = None) -> None:
+    """Train as the command line ``argv`` says.
+
+    ``functions`` replaces some of :mod:`gpucourse.checkpoint`'s ``capture``, ``restore``,
+    ``save`` and ``load`` (a notebook's own, with the same arguments).
+    """
     args = parse_args(argv)
+    unknown = sorted(set(functions or {}) - set(CHECKPOINT_FUNCTIONS))
+    if unknown:
+        raise ValueError(f"functions: unknown name(s) {unknown}; give any of "
+                         f"{', '.join(CHECKPOINT_FUNCTIONS)}")
+    functions = {**{name: getattr(checkpoint, name) for name in CHECKPOINT_FUNCTIONS},
+                 **(functions or {})}
     deterministic = torch.are_deterministic_algorithms_enabled()
     if args.deterministic:
         # read when cuBLAS starts: it takes effect in a fresh process (survive.run), not in a kernel
@@ -103,7 +126,7 @@ def main(argv=None) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
-        train(args, device)
+        train(args, device, functions)
     finally:
         torch.set_num_threads(threads)   # called in a notebook: give the kernel its threads back
         torch.use_deterministic_algorithms(deterministic)
@@ -150,7 +173,7 @@ def train_step(model, optimizer, scaler, scheduler, loss_fn, xb, yb) -> float:
     return loss.item()
 
 
-def train(args, device: torch.device) -> None:
+def train(args, device: torch.device, functions: dict) -> None:
     def say(text):
         if not args.quiet:
             print(text, flush=True)
@@ -170,13 +193,13 @@ def train(args, device: torch.device) -> None:
     scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
     loss_fn = nn.BCEWithLogitsLoss()
 
-    save = _saving_slowly(args.slow_save) if args.slow_save else checkpoint.save
-    path = args.out / "checkpoint.pt"
+    capture, restore, load = (functions[name] for name in ("capture", "restore", "load"))
+    save = _saving_slowly(args.slow_save) if args.slow_save else functions["save"]
     epoch, step = 0, 0
-    if path.exists():                    # resume: the last complete checkpoint
-        ckpt = checkpoint.load(path)
+    ckpt, path = checkpoint.load_latest(args.out, load)    # the newest checkpoint that loads
+    if ckpt is not None:                 # resume from it
         ckpt = _leave_out(ckpt, args.forget, optimizer, scheduler)    # --forget: the demonstration only
-        epoch, step = checkpoint.restore(ckpt, model, optimizer, scaler, scheduler)
+        epoch, step = restore(ckpt, model, optimizer, scaler, scheduler)
         say(f"resumed from {path.name}: epoch {epoch}, step {step} of {steps_per_epoch}")
     else:
         say(f"starting: {args.epochs} epochs of {steps_per_epoch} steps on {device}")
@@ -191,7 +214,9 @@ def train(args, device: torch.device) -> None:
             say(f"step {done} loss {loss:.5f}")
             stopping = done == args.stop_after or bool(_stop)
             if done % args.every == 0 or stopping:
-                save(checkpoint.capture(model, optimizer, scaler, scheduler, epoch, step), path)
+                save(capture(model, optimizer, scaler, scheduler, epoch, step),
+                     checkpoint.numbered(args.out, done))             # checkpoint-{done}.pt
+                checkpoint.prune(args.out, keep=args.keep)      # this one and the one before
             if stopping:
                 say(f"stopped after step {done}, checkpoint saved" + (f" (signal {_stop[0]})" if _stop else ""))
                 if _stop:

@@ -165,6 +165,16 @@ def save_buffered(state, path):       # pickled to memory first: also atomic
     tmp.replace(path)
 
 
+def save_with_fdatasync(state, path):     # Linux: flushes a new file's data and its size
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fdatasync(f.fileno())
+    os.replace(tmp, path)
+
+
 def test_q2_right_and_stub():
     for fn in (save_checkpoint, save_via_helper, save_buffered):
         assert ep11.q2.outcome(fn)[0] == "correct", ep11.q2.outcome(fn)
@@ -354,9 +364,14 @@ def test_q3_wrong(fn, words):
     assert_wrong(ep11.q3, (fn,), words)
 
 
-# --- q4: input-bound? ------------------------------------------------------------------------------
+@pytest.mark.skipif(not hasattr(os, "fdatasync"), reason="os.fdatasync exists on Linux only")
+def test_q2_accepts_fdatasync_as_the_files_flush():
+    assert ep11.q2.outcome(save_with_fdatasync)[0] == "correct", ep11.q2.outcome(save_with_fdatasync)
 
-def input_bound(util):
+
+# --- q4: is the GPU waiting for the host? ----------------------------------------------------------
+
+def host_bound(util):
     busy = [i for i, u in enumerate(util) if u > 5]
     window = util[busy[0]: busy[-1] + 1]
     return sum(window) / len(window) < 80
@@ -368,7 +383,7 @@ def _window(util):
 
 
 def test_q4_right_and_stub():
-    assert ep11.q4.outcome(input_bound)[0] == "correct"
+    assert ep11.q4.outcome(host_bound)[0] == "correct"
     assert ep11.q4.outcome(lambda u: np.mean(_window(u)) < 80)[0] == "correct"     # a NumPy bool
     assert ep11.q4.outcome(____)[0] == "not-done"
     assert ep11.q4.outcome(lambda u: ____)[0] == "not-done"
@@ -380,8 +395,8 @@ Q4_WRONG = [
     (lambda u: max(u) < 80, ["highest sample"]),
     (lambda u: min(_window(u)) < 80, ["lowest sample"]),
     (lambda u: float(np.mean(_window(u))) < 50, ["80 %"]),
-    (lambda u: float(np.mean(_window(u))), ["True (input-bound) or False"]),
-    (lambda u: "yes" if np.mean(_window(u)) < 80 else "no", ["True (input-bound) or False"]),
+    (lambda u: float(np.mean(_window(u))), ["True (host-bound: the GPU waited) or False"]),
+    (lambda u: "yes" if np.mean(_window(u)) < 80 else "no", ["True (host-bound: the GPU waited) or False"]),
     (lambda u: float(np.mean(_window(u))) > 80, ["backwards", "less than 80 %"]),
     (lambda u: float(np.mean(_window(u))) >= 80, ["backwards", "less than 80 %"]),
     (lambda u: float(np.mean(_window(u))) < 0.8, ["0.8", "percent"]),
@@ -432,3 +447,13 @@ def test_q2_sees_every_save_not_only_the_first():
     """A save that deletes the old checkpoint only when there is one is caught: the first save has none."""
     message = assert_wrong(ep11.q2, (delete_if_there,), ["deletes the old checkpoint"])
     assert "save number 2" in message
+
+
+def test_q4_grades_the_rule_the_episode_applies_with_monitor():
+    """Exercise 4's training window is Monitor.training_mean_util's: one rule, in one place."""
+    from gpucourse.monitor import Monitor
+
+    for _, trace, truth, _ in ep11._traces():
+        mon = Monitor()
+        mon.util = list(trace)
+        assert (mon.training_mean_util() < 80) == truth

@@ -112,3 +112,14 @@ def test_nvidia_smis_own_explanation_on_stdout_is_shown(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert mon.times == []
     assert 'nvidia-smi gave no samples: Field "memory.usedd" is not a valid field to query.' in out
+
+
+def test_the_training_window_leaves_out_the_idle_start_and_end():
+    assert monitor.training_window([0, 3, 90, 0, 95, 4, 0]) == slice(2, 5)
+    assert monitor.training_window([0, 0]) == slice(0, 0)          # never busy: nothing to judge
+    mon = monitor.Monitor()
+    mon.util = [0.0] * 40 + [90.0, 70.0] * 10 + [0.0] * 30       # idle start, training, idle end
+    assert mon.training_mean_util() == 80.0
+    assert mon.mean_util() < 30                                   # the whole trace: biased low
+    mon.util = [0.0, 1.0]
+    assert mon.training_mean_util() != mon.training_mean_util()     # NaN: no busy sample

@@ -46,7 +46,7 @@ def test_resume_after_sigkill_is_bitwise_identical_on_the_cpu(straight, tmp_path
     assert not (tmp_path / "final.pt").exists()
     resumed = survive.run(tmp_path, timeout=TIMEOUT, **OPTS)
     assert resumed.returncode == 0, resumed.summary(20)
-    assert any(line.startswith("resumed from checkpoint.pt") for line in resumed.lines), (kill_at, resumed.lines[:3])
+    assert any(line.startswith("resumed from checkpoint-") for line in resumed.lines), (kill_at, resumed.lines[:3])
     assert_identical(weights(tmp_path), straight)
 
 
@@ -64,13 +64,14 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(straight, tmp_pa
     # the next save (after step 15) writes half the file, pauses, and is killed there
     killed = survive.run(tmp_path, timeout=TIMEOUT, kill_when="saving: half written", slow_save=30, **OPTS)
     assert killed.killed and killed.last_step == 15, killed.summary(20)
-    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint.pt.")]
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint-15.pt.")]
     assert leftovers, "the killed writer's temporary file should still be there"
-    ckpt = checkpoint.load(tmp_path / "checkpoint.pt")       # whole, and the one before the kill
+    assert [p.name for p in checkpoint.saved_checkpoints(tmp_path)] == ["checkpoint-5.pt", "checkpoint-10.pt"]
+    ckpt = checkpoint.load(tmp_path / "checkpoint-10.pt")       # whole, and the one before the kill
     assert (ckpt["epoch"], ckpt["step"]) == (0, 10)
     resumed = survive.run(tmp_path, timeout=TIMEOUT, **OPTS)
     assert resumed.returncode == 0, resumed.summary(20)
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith("checkpoint.pt.")], "stale temporary kept"
+    assert not [p for p in tmp_path.iterdir() if ".pt." in p.name], "stale temporary kept"
     assert_identical(weights(tmp_path), straight)
 
 
@@ -78,7 +79,9 @@ def test_sigusr1_saves_then_stops_and_the_run_resumes(straight, tmp_path):
     stopped = survive.run(tmp_path, timeout=TIMEOUT, kill_at=7, sig=signal.SIGUSR1, **OPTS)
     assert stopped.returncode == 128 + signal.SIGUSR1, stopped.summary(20)
     assert "SIGUSR1" in stopped.summary()
-    ckpt = checkpoint.load(tmp_path / "checkpoint.pt")
+    newest = checkpoint.saved_checkpoints(tmp_path)[-1]
+    assert newest.name == f"checkpoint-{stopped.last_step}.pt"
+    ckpt = checkpoint.load(newest)
     assert ckpt["epoch"] * 16 + ckpt["step"] == stopped.last_step      # saved at the step it stopped
     resumed = survive.run(tmp_path, timeout=TIMEOUT, **OPTS)
     assert resumed.returncode == 0, resumed.summary(20)
@@ -199,13 +202,28 @@ def _shown_code() -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
+def _code_cells() -> list[str]:
+    cells = json.loads(EPISODE.read_text())["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+
+
 @pytest.mark.parametrize("fn", [checkpoint.capture, checkpoint.restore, checkpoint.save, checkpoint.load],
                          ids=lambda fn: fn.__name__)
-def test_the_episode_shows_the_checkpoint_functions_that_run(fn):
-    """The notebook shows these functions as code; the module is the one implementation. Kept in step."""
-    assert any(inspect.getsource(fn) in block for block in _shown_code()), (
-        f"episode 11 does not show checkpoint.{fn.__name__} as gpucourse/checkpoint.py has it now: "
-        "copy the function into its ```python block again")
+def test_the_episode_defines_the_checkpoint_functions_as_the_module_has_them(fn):
+    """Episode 11 defines capture, restore, save and load in runnable cells; the killed child
+    processes run gpucourse/checkpoint.py. The two must be the same code, line for line."""
+    defining = [cell for cell in _code_cells() if re.search(rf"^def {fn.__name__}\(", cell, re.M)]
+    assert len(defining) == 1, f"episode 11 should define {fn.__name__} in one code cell"
+    assert defining[0].strip() == inspect.getsource(fn).strip(), (
+        f"episode 11's cell that defines {fn.__name__} differs from checkpoint.{fn.__name__} in "
+        "gpucourse/checkpoint.py: make the cell the function, as the module has it (and nothing else)")
+    assert f"```python\ndef {fn.__name__}(" not in "".join(_shown_code()), "shown twice"
+
+
+def test_the_episodes_in_kernel_runs_use_the_functions_its_cells_define():
+    runs = [cell for cell in _code_cells() if "survive_train.main(" in cell]
+    assert runs and all("functions=" in cell for cell in runs), (
+        "each survive_train.main(...) in episode 11 should pass functions=... (the cells' own)")
 
 
 def test_the_episode_shows_lines_of_the_training_loop_that_run():
@@ -220,3 +238,83 @@ def test_the_episode_shows_lines_of_the_training_loop_that_run():
         assert line.rstrip() in body[at:], (f"episode 11 shows {line.strip()!r}, which survive_train.train does not "
                                             "have (at this place): bring the notebook's block in step with it")
         at = body.index(line.rstrip(), at) + 1
+
+
+# --- numbered checkpoints, the last two kept ----------------------------------------------------
+
+def test_a_run_keeps_its_last_two_checkpoints_only(tmp_path):
+    run = survive.run(tmp_path, timeout=TIMEOUT, stop_after=22, **OPTS)
+    assert run.returncode == 0, run.summary(20)
+    names = [p.name for p in checkpoint.saved_checkpoints(tmp_path)]
+    assert names == ["checkpoint-20.pt", "checkpoint-22.pt"], names
+
+
+def test_a_newest_checkpoint_cut_short_falls_back_to_the_one_before(straight, tmp_path):
+    """What keeping the previous checkpoint is for: the last one did not arrive whole."""
+    first = survive.run(tmp_path, timeout=TIMEOUT, stop_after=10, **OPTS)
+    assert first.returncode == 0, first.summary(20)
+    newest = tmp_path / "checkpoint-10.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])   # an upload cut short
+    resumed = survive.run(tmp_path, timeout=TIMEOUT, **OPTS)
+    assert resumed.returncode == 0, resumed.summary(20)
+    text = "\n".join(resumed.lines)
+    assert "skipping checkpoint-10.pt" in text and "resumed from checkpoint-5.pt" in text, text[:600]
+    assert_identical(weights(tmp_path), straight)
+
+
+def test_prune_orders_by_step_removes_stale_temporaries_and_refuses_keep_0(tmp_path):
+    for step in (5, 10, 100, 15):
+        checkpoint.save({"step": step}, checkpoint.numbered(tmp_path, step))
+    dead = tmp_path / "checkpoint-20.pt.999999999-abcd.part.pt"    # a writer long gone
+    dead.write_bytes(b"half")
+    removed = checkpoint.prune(tmp_path, keep=2)
+    assert [p.name for p in checkpoint.saved_checkpoints(tmp_path)] == ["checkpoint-15.pt", "checkpoint-100.pt"]
+    assert dead in removed and not dead.exists()
+    with pytest.raises(ValueError, match="keep=0"):
+        checkpoint.prune(tmp_path, keep=0)
+    assert checkpoint.load_latest(tmp_path / "empty") == (None, None)
+
+
+def test_main_uses_the_functions_it_is_given(tmp_path):
+    calls = []
+
+    def counted(name):
+        real = getattr(checkpoint, name)
+        return lambda *args: calls.append(name) or real(*args)
+
+    mine = {name: counted(name) for name in survive_train.CHECKPOINT_FUNCTIONS}
+    args = ["--epochs", "1", "--samples", "64", "--batch", "16", "--every", "2", "--quiet", "--out", str(tmp_path)]
+    survive_train.main(args + ["--stop-after", "2"], functions=mine)
+    survive_train.main(args, functions=mine)
+    assert calls == ["capture", "save", "load", "restore", "capture", "save"], calls
+    with pytest.raises(ValueError, match="'svae'"):
+        survive_train.main(args, functions={"svae": print})
+
+
+# --- an asynchronous save ------------------------------------------------------------------------
+
+def test_a_background_save_writes_the_state_as_it_was_when_called(tmp_path):
+    model = torch.nn.Linear(4, 3)
+    ckpt = {"model": model.state_dict(), "step": 7, "rng": checkpoint.rng_state()}
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    pending = checkpoint.save_in_background(ckpt, tmp_path / "async.pt")
+    with torch.no_grad():
+        model.weight.add_(1.0)            # training goes on changing the weights in place
+    assert pending.result(timeout=60) == tmp_path / "async.pt"
+    saved = checkpoint.load(tmp_path / "async.pt")
+    assert saved["step"] == 7
+    assert_identical(saved["model"], before)
+
+
+def test_a_background_save_re_raises_the_writers_error(tmp_path):
+    pending = checkpoint.save_in_background({"step": 1}, tmp_path / "no-such-folder" / "c.pt")
+    with pytest.raises(FileNotFoundError):
+        pending.result(timeout=60)
+
+
+def test_cpu_copy_copies_tensors_and_keeps_the_structure():
+    state = {"a": [torch.ones(2), (torch.zeros(1), 3)], "b": "text"}
+    copy = checkpoint.cpu_copy(state)
+    state["a"][0].add_(1)
+    assert torch.equal(copy["a"][0], torch.ones(2)) and isinstance(copy["a"][1], tuple)
+    assert copy["a"][1][1] == 3 and copy["b"] == "text"

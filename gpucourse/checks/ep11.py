@@ -1,7 +1,8 @@
 """Checks for episode 11, "Training runs that survive".
 
 ``q1`` capture and restore everything an exact resume needs · ``q2`` an atomic checkpoint save ·
-``q3`` how often to checkpoint (Young's formula) · ``q4`` read a utilisation trace: input-bound?
+``q3`` how often to checkpoint (Young's formula) · ``q4`` read a utilisation trace: is the GPU
+waiting for the host?
 
 ``q1`` interrupts training runs of its own (dropout, NumPy noise, Python coin flips, a shuffle per
 epoch, gradients summed over two batches per optimizer step, Adam or SGD with momentum, a
@@ -35,6 +36,7 @@ from torch import nn
 
 from ..exercises import Exercise, NotDone, Wrong, as_number, describe, require_function, solution_link
 from ..exercises import call_answer as _call
+from ..monitor import training_window
 
 NOTEBOOK = "11-runs-that-survive.ipynb"
 
@@ -248,7 +250,8 @@ class _Pause:
 
 
 _SAVES = 3          # saves in a row: the first into an empty folder, the others over a checkpoint
-_FILE_OPS = ("fsync", "replace", "rename", "unlink", "remove")
+_SYNCS = ("fsync", "fdatasync")   # fdatasync flushes a new file's data and size too (Linux)
+_FILE_OPS = tuple(name for name in _SYNCS if hasattr(os, name)) + ("replace", "rename", "unlink", "remove")
 
 
 def _identity(stat) -> tuple:
@@ -274,7 +277,7 @@ def _recording():
 
     def wrap(name):
         def call(*args, **kwargs):
-            if name == "fsync":
+            if name in _SYNCS:
                 try:
                     stat = os.fstat(args[0] if isinstance(args[0], int) else args[0].fileno())
                     target = (_identity(stat), "folder" if S_ISDIR(stat.st_mode) else "file")
@@ -366,7 +369,7 @@ def _q2_events(events, path, which: str):
         raise Wrong(f"{which} deletes the old checkpoint before the new one is in place: a kill between "
                     "the two leaves no checkpoint at all. os.replace(tmp, path) replaces the old file in one "
                     "step, whether or not it exists; do not remove it first.")
-    synced = [target for name, _, target in before if name == "fsync"]
+    synced = [target for name, _, target in before if name in _SYNCS]
     if rename[2] is not None and any(t is not None and t[0] == rename[2] for t in synced):
         return
     if rename[2] is None and synced:
@@ -547,10 +550,10 @@ q3 = Exercise("ep11.q3", _check_interval,
               solution=solution_link(NOTEBOOK))
 
 
-# --- q4: is the run input-bound? ----------------------------------------------------------------
+# --- q4: is the GPU waiting for the host? ---------------------------------------------------------
 
 def _traces():
-    """Named fixtures: (trace, input-bound?, what a wrong verdict on it means)."""
+    """Named fixtures: (trace, host-bound?, what a wrong verdict on it means)."""
     rng = np.random.default_rng(9)
 
     def noisy(level, n, spread=3):
@@ -570,9 +573,9 @@ def _traces():
          saw, True, "most samples read 100 %, but the median and the maximum hide the waits. Use the mean over "
                     "the training window"),
         ("starved at a steady 45 %", np.concatenate([idle(5), noisy(45, 100), idle(5)]), True,
-         "busy 45 % of the time while training is input-bound"),
+         "busy 45 % of the time while training: the GPU waits for the host more than half the time"),
         ("fed, with short dips for checkpoints", dips, False,
-         "short dips (checkpoints being saved) do not make a run input-bound: its mean is above 80 %. "
+         "short dips (checkpoints being saved) do not make a run host-bound: its mean is above 80 %. "
          "Do not judge by the lowest sample"),
         ("starved at 70 %", noisy(70, 100), True,
          "70 % is below the 80 % line: the GPU waits 30 % of the time"),
@@ -592,44 +595,44 @@ def _traces():
 
 
 def _window(trace):
-    busy = np.flatnonzero(np.asarray(trace) > 5)
-    return np.asarray(trace, dtype=float)[busy[0]: busy[-1] + 1]
+    """The training window: the rule Monitor.training_mean_util applies in episode 11."""
+    return np.asarray(trace, dtype=float)[training_window(list(trace))]
 
 
 #: Rules a learner may have written instead of "mean over the training window < 80", each with what it
 #: gets wrong. The check computes every rule's verdicts on all traces and names the rule whose verdicts
 #: are the learner's on every trace, rather than describing the first trace it got wrong.
 _Q4_RULES = {
-    "your verdicts are backwards: input_bound must be True when the device was busy less than 80 % of the "
-    "training time (it waited for data), False when it was busy more. Flip the comparison.":
+    "your verdicts are backwards: host_bound must be True when the device was busy less than 80 % of the "
+    "training time (it waited for the host), False when it was busy more. Flip the comparison.":
         lambda t: not float(np.mean(_window(t))) < 80,
     "your line seems to be 0.8 (or the mean divided by 100): the samples are percent, from 0 to 100, so "
     "the line is 80, not 0.8.": lambda t: float(np.mean(_window(t))) < 0.8,
     "you averaged the whole trace, idle samples before the first step and after the last included; "
     "average only from the first busy sample (above 5 %) to the last.": lambda t: float(np.mean(t)) < 80,
     "you averaged only the samples above 5 %, which drops the waits inside training that make a run "
-    "input-bound; average every sample from the first busy one to the last.":
+    "host-bound; average every sample from the first busy one to the last.":
         lambda t: float(np.mean(np.asarray(t)[np.asarray(t) > 5])) < 80,
     "you compared the median with 80 %: most samples of a run busy in bursts read 100 %, so the median "
     "hides the waits. Use the mean over the training window.":
         lambda t: float(np.median(_window(t))) < 80,
     "you compared the lowest sample with 80 %: a short dip (a checkpoint being saved) does not make a run "
-    "input-bound. Use the mean over the training window.": lambda t: float(np.min(_window(t))) < 80,
+    "host-bound. Use the mean over the training window.": lambda t: float(np.min(_window(t))) < 80,
     "you compared the highest sample with 80 %: the maximum hides the waits. Use the mean over the "
     "training window.": lambda t: float(np.max(t)) < 80,
 }
 
 
 def _check_trace(fn):
-    require_function(fn, "input_bound")
+    require_function(fn, "host_bound")
     traces, verdicts = _traces(), []
     for name, trace, truth, why in traces:
-        what = f"input_bound(<{name}>)"
+        what = f"host_bound(<{name}>)"
         got = _call(fn, list(trace), what=what)
         if isinstance(got, (np.bool_,)):
             got = bool(got)
         if not isinstance(got, bool):
-            raise Wrong(f"{what} returned {describe(got)}; return True (input-bound) or False.")
+            raise Wrong(f"{what} returned {describe(got)}; return True (host-bound: the GPU waited) or False.")
         verdicts.append(got)
     if verdicts == [truth for _, _, truth, _ in traces]:
         return (f"you read {len(traces)} traces right: the mean utilisation from the first busy sample to the last, "
@@ -641,13 +644,13 @@ def _check_trace(fn):
                         f"{wrong}.)")
     if len(set(verdicts)) == 1:
         starved = sum(truth for _, _, truth, _ in traces)
-        raise Wrong(f"input_bound returned {verdicts[0]} for every one of the {len(traces)} traces, but "
-                    f"{starved} of them are starved runs (input-bound) and {len(traces) - starved} fed ones: "
+        raise Wrong(f"host_bound returned {verdicts[0]} for every one of the {len(traces)} traces, but "
+                    f"{starved} of them are starved runs (host-bound) and {len(traces) - starved} fed ones: "
                     "compute the mean utilisation from the first busy sample to the last and compare it "
                     "with the 80 % line.")
     name, trace, truth, why = next(t for t, got in zip(traces, verdicts) if got != t[2])
     mean = float(np.mean(_window(trace)))
-    verdict = "fed" if truth else "input-bound"
+    verdict = "fed" if truth else "host-bound"
     raise Wrong(f"you called the trace '{name}' {verdict}: {why} (busy {mean:.0f} % of the time while "
                 "training; the line is 80 %).")
 
@@ -656,5 +659,5 @@ q4 = Exercise("ep11.q4", _check_trace,
               hint=("Which samples belong to the training itself, and which single number says what share of that time "
                     "the device was busy: the mean, the median or the smallest sample?",
                     "Keep the samples from the first one above 5 % to the last one above 5 %, average them, and compare "
-                    "the average with the 80 % line: below it, the run is input-bound."),
+                    "the average with the 80 % line: below it, the GPU waits for the host."),
               solution=solution_link(NOTEBOOK))
