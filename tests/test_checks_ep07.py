@@ -246,6 +246,9 @@ Q2_WRONG = {
                                       ["eager step's time", "saves"]),
     "pays back the whole warm-up": (_break_even(lambda cs, st, e, c, w: math.ceil(sum(c[:w]) / _saved(st, e))
                                                 if _saved(st, e) > 0 else math.inf), ["whole warm-up"]),
+    "warm-up steps added again": (_break_even(lambda cs, st, e, c, w: math.ceil(cs / _saved(st, e)) + w
+                                              if _saved(st, e) > 0 else math.inf),
+                                  ["added the warm-up steps", "warm-up included"]),
     "mean eager step": (_break_even(lambda cs, st, e, c, w: math.ceil(cs / (statistics.mean(e) - st))
                                     if statistics.mean(e) > st else math.inf), ["eager step time is a mean"]),
     "fastest eager step": (_break_even(lambda cs, st, e, c, w: math.ceil(cs / (min(e) - st))

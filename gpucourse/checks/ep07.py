@@ -396,6 +396,9 @@ _BREAK_EVEN_DIAGNOSES = [
     (lambda c, e, w: math.ceil(_typical(c, e, w)[0] / _typical(c, e, w)[2]),
      "your break-even divides the compile time by an eager step's time; what pays it back is the time "
      "each compiled step saves against an eager one."),
+    (lambda c, e, w: _payback(_typical(c, e, w)[0], _typical(c, e, w)[2] - _typical(c, e, w)[1]) + w,
+     "you added the warm-up steps to the break-even: compile_seconds / (eager − compiled step) already counts "
+     "from the first step, warm-up included (the warm-up's ordinary work is in the steady steps' share)."),
     (lambda c, e, w: _payback(sum(c[:w]), _typical(c, e, w)[2] - _typical(c, e, w)[1]),
      "your break-even pays back the whole warm-up, but the warm-up steps trained too: only compile_seconds "
      "must be paid back."),
