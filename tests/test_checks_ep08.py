@@ -389,6 +389,8 @@ Q2_WRONG_RATE = {
     "main process counted as a reader": (lambda r, s, w: max(s, r / (w + 1)) if w else r + s, ["main process"]),
     "min instead of max": (lambda r, s, w: min(s, r / w) if w else r + s, ["slower"]),
     "workers do not share the reading": (lambda r, s, w: max(s, r) if w else r + s, ["in parallel"]),
+    # step_ms / workers > read_ms in one case: the swapped roles and "every read_ms" differ there
+    "reading and stepping swapped": (lambda r, s, w: max(r, s / w) if w else r + s, ["swapped the roles"]),
     "seconds": (lambda r, s, w: ms_per_batch(r, s, w) / 1e3, ["milliseconds"]),
     "a constant": (lambda r, s, w: 10.0, ["should be"]),
     "text": (lambda r, s, w: f"{ms_per_batch(r, s, w)} ms", ["number"]),

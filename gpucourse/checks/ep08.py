@@ -380,7 +380,10 @@ def workers_needed_reference(read_ms, step_ms):
     return math.ceil(read_ms / step_ms)
 
 
-_Q2_RATES = [(30, 10, 0), (30, 10, 2), (30, 10, 3), (30, 10, 5), (5, 20, 1), (25, 10, 2), (90, 12, 4), (8, 8, 0)]
+#: (read_ms, step_ms, workers). (5, 20, 2) has step_ms / workers above read_ms: there, swapping the two
+#: roles (max(read_ms, step_ms / workers)) differs from reading a batch every read_ms (max(step_ms, read_ms)).
+_Q2_RATES = [(30, 10, 0), (30, 10, 2), (30, 10, 3), (30, 10, 5), (5, 20, 1), (25, 10, 2), (90, 12, 4), (8, 8, 0),
+             (5, 20, 2)]
 _Q2_NEEDED = [(30, 10), (25, 10), (27, 10), (5, 20), (0, 8), (100, 7), (40, 40), (12, 4)]
 
 #: Tempting times per batch, each with what it gets wrong: (rule, message).
@@ -398,6 +401,9 @@ _RATE_DIAGNOSES = [
      "you counted the main process as one more reader; with num_workers > 0 only the workers read."),
     (lambda r, s, w: min(s, r / w) if w else r + s,
      "the pace is set by the SLOWER of reading and stepping (the larger time), not the faster."),
+    (lambda r, s, w: max(r, s / w) if w else r + s,
+     "you swapped the roles: the workers share the READING (w batches read at once, one every read_ms / w), "
+     "while every step runs in the main process and takes step_ms, whatever the number of workers."),
     (lambda r, s, w: max(s, r) if w else r + s,
      "the workers read in parallel, each its own batch: with w workers a batch arrives every read_ms / w on "
      "average, not every read_ms."),
@@ -460,7 +466,7 @@ def _check_loader_plan(ms_per_batch, workers_needed):
                 raise Wrong(message)
         raise Wrong(f"workers_needed(read_ms={read}, step_ms={step}) should be {want}: the fewest workers with "
                     f"which a batch is ready every step; got {got!r}.")
-    return ("right on eight loaders and eight plans: without workers, reading and stepping add up; with them, the "
+    return ("right on nine loaders and eight plans: without workers, reading and stepping add up; with them, the "
             "slower of the two sets the pace, and the fewest workers that keep up make reading no slower than "
             "stepping.")
 
