@@ -10,11 +10,19 @@ notebook prints which one it uses.
 The other configurations (``CONFIGS``) are the published shapes of larger models, used only to
 count parameters and cache bytes on PyTorch's ``meta`` device, where no memory is allocated.
 
-``lora_model`` is peft's ``get_peft_model`` with one work-around: peft 0.18.1 and later refuse to
+``lora_model`` is peft's ``get_peft_model`` with one work-around: peft 0.19.0 and later refuse to
 add plain LoRA layers when a torchao older than 0.16 is installed (they raise ``ImportError`` from
-``is_torchao_available`` even for models that hold no torchao weights), and Google Colab's image has
+``is_torchao_available`` even for models that hold no torchao weights; peft 0.18.x asks only for
+torchao >= 0.4, ``src/peft/import_utils.py`` at v0.18.1 and v0.19.0), and Google Colab's image has
 shipped peft 0.20 with torchao 0.10. The course never replaces what Colab has, so for that one
-error it tells peft, for this call only, that torchao is absent; plain LoRA does not use it.
+error it tells peft, for this call only, that torchao is absent; plain LoRA does not use it
+(in LoRA the only call is ``dispatch_torchao`` in ``peft/tuners/lora/torchao.py``). peft's
+message is printed once per session.
+
+``generate_timed`` streams ``model.generate``'s tokens into a ``TokenClock``, which gives the
+serving metrics by their usual names: time to first token (TTFT), inter-token latency (ITL)
+and output tokens per second. ``load_chat_model`` fetches SmolLM2-135M-Instruct, whose
+tokenizer has a chat template, at a pinned revision.
 
 ``attention_implementation`` chooses how the model calls attention. transformers 5.15 calls
 ``scaled_dot_product_attention`` with ``enable_gqa=True`` for SmolLM2's 9 query and 3 key/value
@@ -32,6 +40,7 @@ import contextlib
 import gc
 import logging
 import re
+import time
 import warnings
 
 from . import settings
@@ -64,23 +73,35 @@ CONFIGS = {
                           num_attention_heads=64, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
 }
 
-# Memory of the GPUs in episode 1's datasheet table, in GB as NVIDIA states it and counted as 10**9 bytes, a
-# cautious rule (the chips come in GiB, and ECC and the driver take some) (T4, L4,
-# A100 and H100 datasheets; the links are in episode 1). Bandwidths come from the course's bands file.
-GPU_MEMORY_GB = {"T4": 16, "L4": 24, "A100 80GB": 80, "H100 SXM": 80}
-_BANDS_MODEL = {"T4": "Tesla T4", "L4": "NVIDIA L4", "A100 80GB": "NVIDIA A100 80GB SXM", "H100 SXM": "NVIDIA H100 SXM"}
+# The GPUs of episode 10's fit tables: {column name: (key in the course's one GPU table,
+# gpucourse/references/capabilities.json, read through feasibility.gpu_models(); model name in
+# references/bands.json for the datasheet bandwidth, or None where the course has none)}.
+# Their memory is what torch reports for each card (see capabilities.json's sources).
+FIT_GPUS = {"T4": ("T4", "Tesla T4"), "L4": ("L4", "NVIDIA L4"),
+            "A100 80GB": ("A100 80GB", "NVIDIA A100 80GB SXM"),
+            "H100 SXM": ("H100 80GB", "NVIDIA H100 SXM"), "H200": ("H200", "NVIDIA H200"),
+            "GH200": ("GH200", None), "B200": ("B200", None),
+            "RTX PRO 6000": ("G4", None)}
+
+# SmolLM2-135M-Instruct: the same architecture tuned to chat, with a chat template in its
+# tokenizer (https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct/tree/<INSTRUCT_REVISION>).
+INSTRUCT_REPO_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+INSTRUCT_REVISION = "12fd25f77366fa6b3b4b768ec3050bf629380bac"
 
 # What int4 weights can still fail with where the installed torchao lacks a kernel for this device:
-# ImportError (a format that needs a separate package, e.g. torchao >= 0.15's default "plain" one needs
-# `mslk`), NotImplementedError and ValueError (no packing for this device or layout) and RuntimeError.
+# ImportError (a format that needs a separate package: torchao 0.14's default "plain" int4 format
+# needs fbgemm-gpu-genai in 0.14-0.15 and `mslk` from 0.16), NotImplementedError and ValueError
+# (no packing for this device or layout) and RuntimeError.
 INT4_UNAVAILABLE = (ImportError, NotImplementedError, ValueError, RuntimeError)
 
 
 def int4_config(group_size: int = 64):
     """torchao's int4 weight-only config with the tinygemm kernel's layout, in any torchao version.
 
-    torchao >= 0.15 defaults to a "plain" format whose kernels need the separate ``mslk`` package and
-    Hopper; ``tile_packed_to_4d`` is tinygemm there. Older versions (Colab's 0.10) use tinygemm by default.
+    From torchao 0.14 the config defaults to version 2 with a "plain" format whose kernels need a
+    separate package (fbgemm-gpu-genai in 0.14 and 0.15, ``mslk`` from 0.16) and Hopper;
+    ``tile_packed_to_4d`` is tinygemm there (``quant_api.py`` at v0.13.0 and v0.14.1). Older
+    versions (Colab's 0.10) use tinygemm by default.
     ``set_inductor_config=False`` (a field in torchao 0.10 and 0.17) keeps float32 matmuls in FP32.
     """
     import dataclasses
@@ -114,12 +135,19 @@ def why_no_int4(device) -> str | None:
 
 
 def gpus() -> dict:
-    """``{name: {"memory_bytes": ..., "bandwidth_gbs": ...}}`` for the GPUs of episode 1's table."""
+    """``{name: {"memory_bytes", "bandwidth_gbs", "model"}}`` for the GPUs of ``FIT_GPUS``.
+
+    ``memory_bytes`` is the card's memory as torch reports it, from the course's one GPU table
+    (``feasibility.gpu_models()``); ``bandwidth_gbs`` is the datasheet bandwidth in GB/s from
+    the bands file, or None where the course has no datasheet figure for that card.
+    """
+    from .feasibility import gpu_models
     from .reference import bands
 
-    models = bands()["models"]
-    return {name: {"memory_bytes": gb * 10**9, "bandwidth_gbs": models[_BANDS_MODEL[name]]["memory_gbs"]}
-            for name, gb in GPU_MEMORY_GB.items()}
+    table, datasheets = gpu_models(), bands()["models"]
+    return {name: {"memory_bytes": table[key]["total_memory"], "model": table[key]["name"],
+                   "bandwidth_gbs": datasheets[sheet]["memory_gbs"] if sheet else None}
+            for name, (key, sheet) in FIT_GPUS.items()}
 
 
 @contextlib.contextmanager
@@ -145,9 +173,13 @@ def import_libraries() -> dict:
         import torchao
         import transformers
 
-        transformers.logging.set_verbosity_error()
-    # torchao 0.13 and later warn that the configs episode 10 uses are "version 1"; version 2 does not exist in
-    # Colab's torchao 0.10, so the course keeps version 1 and hides that deprecation notice (only that one).
+    # after the quiet block, which restores the loggers' levels on leaving: generate()'s
+    # advice (e.g. on assisted decoding's own arguments) would otherwise reach the learner
+    transformers.logging.set_verbosity_error()
+    # torchao 0.13 and later warn that Int8WeightOnlyConfig's "version 1" is deprecated; version 2
+    # does not exist in Colab's torchao 0.10, so the course keeps the default and hides that notice
+    # (only that one). torchao 0.18 removes version 1; its int8 path still dequantizes the whole
+    # matrix without torch.compile (int8_tensor.py at v0.18.0), as episode 10 says.
     warnings.filterwarnings("ignore", message=r"(Config )?Deprecation", category=UserWarning, module=r"torchao\.")
     return {"transformers": transformers.__version__, "peft": peft.__version__, "torchao": torchao.__version__}
 
@@ -181,14 +213,87 @@ def _download_errors() -> tuple:
     return (OSError, ValueError, RuntimeError, EntryNotFoundError, httpx.HTTPError)
 
 
-def download() -> str:
-    """The local folder of REPO_ID at REVISION, fetched into the course's data cache if needed."""
+def download(repo_id: str = REPO_ID, revision: str = REVISION) -> str:
+    """The local folder of ``repo_id`` at ``revision``, fetched into the course's data cache."""
     from huggingface_hub import snapshot_download
 
     from .data import cache
 
-    return snapshot_download(REPO_ID, revision=REVISION, allow_patterns=MODEL_FILES,
+    return snapshot_download(repo_id, revision=revision, allow_patterns=MODEL_FILES,
                              cache_dir=cache.folder("huggingface"))
+
+
+def load_chat_model(*, device, dtype):
+    """SmolLM2-135M-Instruct and its tokenizer (with a chat template), or why not.
+
+    Returns
+    -------
+    model, tokenizer, description
+        ``model`` and ``tokenizer`` are None where the download is not possible (offline, no
+        network); ``description`` then says why, for the notebook to print.
+    """
+    import_libraries()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if settings.offline():
+        return None, None, "no chat model: GPUCOURSE_OFFLINE=1"
+    try:
+        folder = download(INSTRUCT_REPO_ID, INSTRUCT_REVISION)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except _download_errors() as exc:
+        return None, None, f"no chat model: {type(exc).__name__}: {str(exc)[:200]}"
+    return model, tokenizer, (f"{INSTRUCT_REPO_ID} at revision {INSTRUCT_REVISION[:7]} "
+                              f"({LICENCE}), {dtype} on {device}")
+
+
+class TokenClock:
+    """A ``generate(streamer=...)`` streamer that notes when each step's tokens arrive.
+
+    ``generate`` first hands it the prompt, then the tokens of each step (one per sequence, or
+    several accepted at once in assisted decoding) as a CPU tensor, which has waited for the GPU.
+
+    Parameters
+    ----------
+    sync : callable, optional
+        Waits for the device before each clock reading (``timing.synchronizer``).
+    """
+
+    def __init__(self, sync=None):
+        self._sync = sync or (lambda: None)
+        self.start = None
+        self.arrivals = []            # (seconds since start, tokens of that step per sequence)
+
+    def put(self, value):
+        self._sync()
+        now = time.perf_counter()
+        if self.start is None:        # the prompt: the clock starts
+            self.start = now
+            return
+        per_sequence = value.shape[-1] if value.dim() > 1 else 1
+        self.arrivals.append((now - self.start, per_sequence))
+
+    def end(self):
+        """Called by ``generate`` at the end; nothing to do."""
+
+    def metrics(self, batch: int = 1) -> dict:
+        """TTFT, inter-token latency (median and 90th percentile) and output tokens per second.
+
+        ``batch`` sequences decoded together share each step's time: tokens per second per user
+        is one sequence's tokens over the time, in total it is that times ``batch``.
+        """
+        import statistics
+
+        if len(self.arrivals) < 2:
+            raise ValueError(f"{len(self.arrivals)} step(s) recorded; generate at least 2 new "
+                             "tokens with streamer=this clock, then ask for the metrics.")
+        times = [t for t, _ in self.arrivals]
+        gaps = sorted(b - a for a, b in zip(times, times[1:]))
+        tokens = sum(n for _, n in self.arrivals)
+        return {"ttft_s": times[0], "itl_p50_s": statistics.median(gaps),
+                "itl_p90_s": gaps[min(len(gaps) - 1, int(0.9 * len(gaps)))],
+                "tokens_per_s_per_user": tokens / times[-1],
+                "tokens_per_s_total": batch * tokens / times[-1]}
 
 
 def load_model(*, device, dtype, layers: int | None = None, attn_implementation: str | None = None):
@@ -462,6 +567,9 @@ def sdpa_backend_problem(backend, query, key, value, *, is_causal: bool = True,
     return reason or _own_reason(backend.name, query, key, value, is_causal, enable_gqa) or error
 
 
+_PEFT_NOTICE_SHOWN: list = []    # non-empty once peft's torchao message has been printed
+
+
 @contextlib.contextmanager
 def _torchao_hidden_from_peft():
     from unittest import mock
@@ -482,7 +590,10 @@ def lora_model(model, config):
     except ImportError as exc:
         if "incompatible version of torchao" not in str(exc):
             raise
-        print(f"peft says: {exc}. Plain LoRA does not use torchao, so it is hidden from peft for this call.")
+        if not _PEFT_NOTICE_SHOWN:        # once per session, not once per model
+            print(f"peft says: {exc}. Plain LoRA does not use torchao, so the course hides it "
+                  "from peft for each LoRA model it makes.")
+            _PEFT_NOTICE_SHOWN.append(True)
     with _torchao_hidden_from_peft():
         return get_peft_model(model, config)
 
@@ -500,7 +611,8 @@ def bitsandbytes_status(on_gpu: bool) -> str | None:
     return None
 
 
-__all__ = ["REPO_ID", "REVISION", "LICENCE", "SMOLLM2_135M", "CONFIGS", "GPU_MEMORY_GB", "INT4_UNAVAILABLE",
+__all__ = ["REPO_ID", "REVISION", "LICENCE", "SMOLLM2_135M", "CONFIGS", "FIT_GPUS", "INT4_UNAVAILABLE",
+           "INSTRUCT_REPO_ID", "INSTRUCT_REVISION", "load_chat_model", "TokenClock",
            "int4_config", "why_no_int4", "REPEAT_KV", "SDPA_WARNING_HEADERS", "sdpa_repeat_kv_attention",
            "register_repeat_kv", "attention_implementation", "prefill_backend",
            "does_not_fit", "strip_trigger", "reason_after_header", "sdpa_backend_problem",

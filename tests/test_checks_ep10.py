@@ -261,7 +261,127 @@ def test_q4_wrong_answers_are_named(name):
     assert_wrong(ep10.q4, (fn,), words)
 
 
+# --- q5: the batch from which a step reads more cache than weights ---------------------------------
+
+def cache_read_batch(config, weight_dtype, cache_dtype, context):
+    weights = llm.count_parameters(config) * size_of(weight_dtype)
+    per_sequence = (2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim
+                    * size_of(cache_dtype) * context)
+    return math.ceil(weights / per_sequence)
+
+
+def cache_read_batch_loop(config, weight_dtype, cache_dtype, context):
+    """Another right way: grow the batch until the cache read reaches the weights."""
+    batch = 1
+    while kv_cache_bytes(config, context, batch, cache_dtype) < llm.count_parameters(config) * size_of(weight_dtype):
+        batch += 1
+    return batch
+
+
+def batch_variant(rounding=math.ceil, factor=2, heads="kv", head_dim="config", layers=True, context=True,
+                  weight_dtype="own", cache_dtype="own"):
+    def fn(config, wdt, cdt, n):
+        w_size = size_of(cdt if weight_dtype == "cache" else wdt)
+        c_size = size_of(wdt if cache_dtype == "weights" else cdt)
+        h = config.num_key_value_heads if heads == "kv" else config.num_attention_heads
+        d = config.head_dim if head_dim == "config" else config.hidden_size // config.num_attention_heads
+        per = factor * (config.num_hidden_layers if layers else 1) * h * d * c_size * (n if context else 1)
+        return rounding(llm.count_parameters(config) * w_size / per)
+    return fn
+
+
+Q5_WRONG = {
+    "rounded down": (batch_variant(rounding=math.floor), ["round up"]),
+    "the exact ratio": (batch_variant(rounding=lambda x: x), ["round up", "ratio"]),
+    "forgot the 2": (batch_variant(factor=1), ["keys *and* the values"]),
+    "query heads": (batch_variant(heads="q"), ["query heads"]),
+    "head dim from hidden_size // heads": (batch_variant(head_dim="derived"), ["config.head_dim"]),
+    "forgot the layers": (batch_variant(layers=False), ["layers are missing"]),
+    "forgot the context": (batch_variant(context=False), ["context is missing"]),
+    "weights in the cache's dtype": (batch_variant(weight_dtype="cache"), ["one dtype for both"]),
+    "cache in the weights' dtype": (batch_variant(cache_dtype="weights"), ["one dtype for both"]),
+    "a constant": (lambda config, wdt, cdt, n: 8, ["for every case"]),
+    "text": (lambda config, wdt, cdt, n: "batch 8", ["should be a number"]),
+}
+
+
+def test_q5_right_answers_pass_and_stubs_are_not_done():
+    for fn in (cache_read_batch, cache_read_batch_loop):
+        result, message = outcome(ep10.q5, fn)
+        assert result == "correct", message
+    assert outcome(ep10.q5, ____)[0] == "not-done"
+    assert outcome(ep10.q5, lambda config, wdt, cdt, n: ____)[0] == "not-done"
+
+
+@pytest.mark.parametrize("name", Q5_WRONG)
+def test_q5_wrong_answers_are_named(name):
+    fn, words = Q5_WRONG[name]
+    assert_wrong(ep10.q5, (fn,), words)
+
+
+def test_q5_fixtures_separate_the_quantities_the_prompt_names():
+    """Weight and cache dtypes differ somewhere; so do KV and query heads, and head_dim and hidden // heads;
+    and no case's ratio is a whole number, so rounding down and up differ."""
+    cases = ep10._q5_cases()
+    assert any(w != c for _, _, w, c, _ in cases)
+    assert any(c.num_key_value_heads != c.num_attention_heads for _, c, _, _, _ in cases)
+    assert any(c.head_dim != c.hidden_size // c.num_attention_heads for _, c, _, _, _ in cases)
+    for description, config, wdt, cdt, n in cases:
+        ratio = llm.count_parameters(config) * size_of(wdt) / kv_cache_bytes(config, n, 1, cdt)
+        assert not float(ratio).is_integer(), description
+
+
 # --- the helper --------------------------------------------------------------------------------------
+
+def test_token_clock_gives_ttft_itl_and_tokens_per_second():
+    from transformers import LlamaForCausalLM
+
+    config = llm.llama_config("SmolLM2-135M", num_hidden_layers=1, hidden_size=64, intermediate_size=64,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=64)
+    model = LlamaForCausalLM(config).eval()
+    clock = llm.TokenClock()
+    ids = torch.randint(1, 64, (1, 5))
+    out = model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False, streamer=clock,
+                         pad_token_id=0)
+    assert out.shape[1] - ids.shape[1] == 6 and len(clock.arrivals) == 6      # one arrival per step
+    m = clock.metrics()
+    assert 0 < m["ttft_s"] <= clock.arrivals[-1][0]
+    assert 0 < m["itl_p50_s"] <= m["itl_p90_s"]
+    assert m["tokens_per_s_per_user"] == pytest.approx(6 / clock.arrivals[-1][0])
+    assert clock.metrics(batch=4)["tokens_per_s_total"] == pytest.approx(4 * m["tokens_per_s_per_user"])
+
+
+def test_token_clock_counts_several_tokens_accepted_in_one_step():
+    clock = llm.TokenClock()
+    clock.put(torch.zeros(1, 7))                  # the prompt
+    clock.put(torch.zeros(1))                     # one token
+    clock.put(torch.zeros(1, 3))                  # three accepted at once (assisted decoding)
+    assert [n for _, n in clock.arrivals] == [1, 3]
+    with pytest.raises(ValueError, match="at least 2 new tokens"):
+        llm.TokenClock().metrics()
+
+
+def test_chat_model_offline_says_why(monkeypatch):
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "1")
+    model, tokenizer, about = llm.load_chat_model(device="cpu", dtype=torch.float32)
+    assert model is None and tokenizer is None and "GPUCOURSE_OFFLINE=1" in about
+
+
+def test_chat_model_download_is_pinned(monkeypatch):
+    seen = {}
+
+    def fake_download(repo_id=llm.REPO_ID, revision=llm.REVISION):
+        seen.update(repo_id=repo_id, revision=revision)
+        raise OSError("no network here")
+
+    monkeypatch.delenv("GPUCOURSE_OFFLINE", raising=False)
+    monkeypatch.setattr(llm, "download", fake_download)
+    model, _, about = llm.load_chat_model(device="cpu", dtype=torch.float32)
+    assert model is None and "OSError: no network here" in about
+    assert seen == {"repo_id": llm.INSTRUCT_REPO_ID, "revision": llm.INSTRUCT_REVISION}
+    assert len(llm.INSTRUCT_REVISION) == 40
+
+
 
 def test_parameter_counts_match_the_published_sizes():
     assert llm.count_parameters(llm.llama_config("SmolLM2-135M")) == 134_515_008
@@ -299,9 +419,12 @@ def test_lora_model_survives_peft_refusing_an_old_torchao(monkeypatch, capsys):
                               num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=64)
     from transformers import LlamaForCausalLM
 
+    monkeypatch.setattr(llm, "_PEFT_NOTICE_SHOWN", [])       # as in a fresh session
     model = llm.lora_model(LlamaForCausalLM(config), LoraConfig(r=2, target_modules=["q_proj"]))
     assert model.get_nb_trainable_parameters()[0] == 2 * (64 + 64)
-    assert "incompatible version of torchao" in capsys.readouterr().out
+    llm.lora_model(LlamaForCausalLM(config), LoraConfig(r=2, target_modules=["q_proj"]))
+    printed = capsys.readouterr().out
+    assert printed.count("incompatible version of torchao") == 1, printed   # once, not per model
 
 
 def test_tensor_bytes_counts_quantized_weights():
@@ -327,10 +450,26 @@ def test_a_failed_download_falls_back_with_its_reason(monkeypatch):
     assert tokenizer is None and "the download failed: ConnectTimeout: timed out" in about
 
 
-def test_gpu_table_comes_from_the_datasheet_figures():
+def test_gpu_table_takes_memory_from_the_course_table_and_bandwidth_from_datasheets():
+    from gpucourse import feasibility
+
+    gpus, table = llm.gpus(), feasibility.gpu_models()
+    assert gpus["T4"] == {"memory_bytes": table["T4"]["total_memory"], "model": "Tesla T4",
+                          "bandwidth_gbs": 320}
+    assert gpus["H100 SXM"]["bandwidth_gbs"] == 3350 and gpus["H200"]["bandwidth_gbs"] == 4800
+    for name, (key, _) in llm.FIT_GPUS.items():
+        assert gpus[name]["memory_bytes"] == table[key]["total_memory"], name
+    assert gpus["B200"]["bandwidth_gbs"] is None          # no datasheet figure in the course
+
+
+def test_the_141_to_192_gb_cards_change_the_fit_conclusions():
+    """A 7B model's 16 B/param state fits an H200 and a B200, not an H100; 70B bf16 fits a B200."""
     gpus = llm.gpus()
-    assert gpus["T4"] == {"memory_bytes": 16 * 10**9, "bandwidth_gbs": 320}
-    assert gpus["H100 SXM"]["bandwidth_gbs"] == 3350
+    state_7b = 16 * llm.count_parameters(llm.llama_config("Llama-2-7B"))
+    weights_70b = 2 * llm.count_parameters(llm.llama_config("Llama-3.1-70B"))
+    fits = lambda nbytes, gpu: nbytes <= 0.9 * gpus[gpu]["memory_bytes"]   # noqa: E731
+    assert not fits(state_7b, "H100 SXM") and fits(state_7b, "H200") and fits(state_7b, "B200")
+    assert fits(weights_70b, "B200") and not fits(weights_70b, "H200")
 
 
 def test_qlora_says_why_it_cannot_run(monkeypatch):
@@ -349,7 +488,7 @@ CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "sqrt", "â
         "np.", "llm.", "math.", "state_dict", "getstate", "get_state", "fsync", "replace(", "config.", "_proj ")
 
 
-@pytest.mark.parametrize("exercise", [ep10.q1, ep10.q2, ep10.q3, ep10.q4], ids=lambda q: q.name)
+@pytest.mark.parametrize("exercise", [ep10.q1, ep10.q2, ep10.q3, ep10.q4, ep10.q5], ids=lambda q: q.name)
 def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
     question, method = exercise.hints                  # exactly two steps: a question, then the method
     assert question.rstrip().endswith("?"), question

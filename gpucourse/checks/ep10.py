@@ -1,7 +1,8 @@
 """Checks for episode 10, "A language model on one GPU".
 
 ``q1`` the bytes of a KV cache · ``q2`` the decode floor on a GPU of the table · ``q3`` the longest context
-that fits beside the weights · ``q4`` LoRA's trainable parameters.
+that fits beside the weights · ``q4`` LoRA's trainable parameters · ``q5`` the batch from which a decode
+step reads more KV cache than weights.
 
 Every check calls the learner's function on several cases of its own, with different answers, so that a
 constant or an answer right for one case only cannot pass, and recomputes or measures the right result:
@@ -448,4 +449,99 @@ q4 = Exercise("ep10.q4", _check_lora,
               solution=solution_link(NOTEBOOK))
 
 
-__all__ = ["q1", "q2", "q3", "q4", "NotDone"]
+# --- q5: the batch from which a step reads more cache than weights --------------------------------
+
+def _q5_cases():
+    import torch
+
+    from ..llm import llama_config
+
+    tiny = _config(vocab_size=256, hidden_size=96, intermediate_size=128, num_hidden_layers=3,
+                   num_attention_heads=6, num_key_value_heads=2, head_dim=32)
+    gemma = _config(hidden_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=16,
+                    head_dim=256, intermediate_size=24576, vocab_size=256000)
+    return [
+        ("a small model that the check runs (3 layers, 6 query heads, 2 KV heads, head_dim 32), "
+         "float32 weights and cache", tiny, torch.float32, torch.float32, 20),
+        ("Llama 3.2 1B, bfloat16 weights and cache", llama_config("Llama-3.2-1B"), torch.bfloat16,
+         torch.bfloat16, 4096),
+        ("Llama 2 7B, int8 weights, float16 cache", llama_config("Llama-2-7B"), torch.int8, torch.float16, 4096),
+        ("SmolLM2-135M, bfloat16 weights, float8_e4m3fn cache", llama_config("SmolLM2-135M"), torch.bfloat16,
+         torch.float8_e4m3fn, 8192),
+        ("Llama 3.1 70B, bfloat16 weights and cache", llama_config("Llama-3.1-70B"), torch.bfloat16,
+         torch.bfloat16, 32768),
+        # head_dim 256 is not hidden_size // num_attention_heads (192)
+        ("a Gemma-7B-like model (28 layers, 16 heads and KV heads, head_dim 256), bfloat16 weights and cache",
+         gemma, torch.bfloat16, torch.bfloat16, 8192),
+    ]
+
+
+def _cache_batch(config, weight_dtype, cache_dtype, context, *, params, per_sequence=None,
+                 weight_size=None, rounding=math.ceil, **kv):
+    """The smallest batch whose cache read per step is at least the weights' bytes."""
+    weight_size = _element_size(weight_dtype) if weight_size is None else weight_size
+    if per_sequence is None:
+        per_sequence = _kv_bytes(config, context, 1, cache_dtype, **kv)
+    return rounding(params * weight_size / per_sequence)
+
+
+def _q5_mistakes(case, params) -> dict:
+    _, config, weight_dtype, cache_dtype, context = case
+    batch = lambda **kw: _cache_batch(config, weight_dtype, cache_dtype, context, params=params, **kw)  # noqa: E731
+    return {
+        "round up: the answer is the smallest whole batch whose cache read reaches the weights' bytes, "
+        "not the exact ratio.": batch(rounding=lambda x: x),
+        "one batch too few: round up (rounding down gives a batch whose cache read is still below the "
+        "weights').": batch(rounding=math.floor),
+        "the 2 is missing from the cache: every step reads the keys *and* the values.": batch(factor=1),
+        "you used the query heads; the cache keeps num_key_value_heads heads.":
+            batch(kv_heads=config.num_attention_heads),
+        "you computed the head dimension as hidden_size // num_attention_heads; this configuration sets "
+        "config.head_dim to something else: use config.head_dim.":
+            batch(head_dim=config.hidden_size // config.num_attention_heads),
+        "the layers are missing from the cache: a step reads every layer's keys and values.": batch(layers=1),
+        "the context is missing: a step reads the cache of every earlier token, not of one.":
+            batch(per_sequence=_kv_bytes(config, 1, 1, cache_dtype)),
+        # the weights in the cache's dtype and the cache in the weights' give the same ratio
+        "you used one dtype for both: the weights have weight_dtype's bytes per value and the cache "
+        "cache_dtype's.": batch(weight_size=_element_size(cache_dtype)),
+    }
+
+
+def _check_cache_batch(cache_read_batch):
+    from ..llm import count_parameters, gpus
+
+    require_function(cache_read_batch, "cache_read_batch")
+    results, params = [], {}
+    for case in _q5_cases():
+        description, config, weight_dtype, cache_dtype, context = case
+        params[description] = count_parameters(config)
+        what = f"cache_read_batch(config, {weight_dtype}, {cache_dtype}, {context}) for {description}"
+        got = as_number(what, call_answer(cache_read_batch, config, weight_dtype, cache_dtype, context,
+                                          what=what))
+        measured = (_measured_cache(config, context, 1, cache_dtype) if description.startswith("a small")
+                    else None)
+        expected = _cache_batch(config, weight_dtype, cache_dtype, context, params=params[description],
+                                per_sequence=measured)
+        results.append((case, got, expected))
+    _judge(results, lambda c: _q5_mistakes(c, params[c[0]]),
+           lambda c: f"cache_read_batch(config, {c[2]}, {c[3]}, {c[4]}) for {c[0]}", "sequences", whole=True)
+    case, _, batch = results[2]
+    weights = params[case[0]] * _element_size(case[2])
+    step = weights + _kv_bytes(case[1], case[4], batch, case[3])
+    h100 = gpus()["H100 SXM"]["bandwidth_gbs"] * 1e9
+    return (f"right on {len(results)} cases, the first measured on a model the check ran. Llama 2 7B in int8 "
+            f"with a 16-bit cache at 4,096 tokens reads more cache than weights from batch {batch:.0f}; a "
+            f"step then reads {step / 1e9:.1f} GB, at least {step / h100 * 1e3:.1f} ms on an H100 SXM "
+            f"({h100 / 1e9:,.0f} GB/s): from there on, the cache is the larger part of what a step reads.")
+
+
+q5 = Exercise("ep10.q5", _check_cache_batch,
+              hint=("One decode step reads all the weights once, and the cache of every sequence of the batch. "
+                    "How many bytes of cache does one sequence add to a step?",
+                    "Divide the weight bytes (parameters × the weights' bytes per value) by the cache bytes of one "
+                    "sequence at this context (in the cache's dtype), and round up to a whole batch."),
+              solution=solution_link(NOTEBOOK))
+
+
+__all__ = ["q1", "q2", "q3", "q4", "q5", "NotDone"]
