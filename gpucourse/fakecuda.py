@@ -349,7 +349,40 @@ def _no_streams(name: str):
 def _stream_stubs() -> dict:
     import torch
 
-    return {name: _no_streams(name) for name in NO_STREAMS if not hasattr(torch._C, name)}
+    # Also where the build has them (PyPI's CUDA build on a machine without a driver): the real
+    # ones would ask the driver, which is not there.
+    return {name: _no_streams(name) for name in NO_STREAMS}
+
+
+class _FakeStream:
+    """What ``torch.accelerator.current_stream()`` gives under the fake: never capturing a graph
+    (optimizers ask before each step); anything else needs a real stream."""
+
+    def is_capturing(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        raise _no_streams(f"Stream.{name}")()
+
+
+def _accelerator_functions(gpus: FakeGPUs, c_functions: dict) -> dict:
+    """torch.accelerator's entry points for the fake GPUs.
+
+    On PyTorch's CUDA build ``torch.accelerator`` is CUDA whether or not a driver is there, and
+    ``Optimizer.step`` asks it for the current stream; on the CPU build it is None. Under the fake
+    both builds answer as a machine with these GPUs does.
+    """
+    import torch
+
+    return {
+        "_accelerator_getAccelerator": lambda: torch.device("cuda"),
+        "_accelerator_getDeviceIndex": c_functions["_cuda_getDevice"],
+        "_accelerator_setDeviceIndex": c_functions["_cuda_setDevice"],
+        "_accelerator_exchangeDevice": c_functions["_cuda_exchangeDevice"],
+        "_accelerator_maybeExchangeDevice": c_functions["_cuda_maybeExchangeDevice"],
+        "_accelerator_getStream": lambda index: _FakeStream(),
+        "_accelerator_synchronizeDevice": lambda index: None,
+    }
 
 
 def _nvidia_smi_script(folder: Path) -> Path:
@@ -542,7 +575,9 @@ def _fake_machine(gpus: FakeGPUs, *, nvidia_smi: bool, tensorflow: bool):
     tmp = tempfile.TemporaryDirectory(prefix="gpucourse-fakegpu-")
     with contextlib.ExitStack() as stack:
         try:
-            for name, fn in {**_stream_stubs(), **_c_functions(gpus)}.items():
+            c_functions = _c_functions(gpus)
+            for name, fn in {**_stream_stubs(), **c_functions,
+                             **_accelerator_functions(gpus, c_functions)}.items():
                 stack.enter_context(_patched(torch._C, name, fn, restore))
             cuda = torch.cuda
             for name, value in (("_exchange_device", torch._C._cuda_exchangeDevice),

@@ -44,12 +44,29 @@ def test_libraries_import_first_thing_under_a_fake_t4(imports):
 
 
 def test_a_missing_stream_entry_point_names_itself_when_called():
+    before = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # only the CUDA build has it
     with fake_gpu("T4"):
         from torch._C import _cuda_getCurrentRawStream
         with pytest.raises(RuntimeError, match="_cuda_getCurrentRawStream: the fake CUDA runtime"):
             _cuda_getCurrentRawStream(0)
         assert not torch.cuda.is_current_stream_capturing()
-    assert not hasattr(torch._C, "_cuda_getCurrentRawStream")    # removed again after the block
+    # the build's own again after the block (none on the CPU build, the real one on the CUDA build)
+    assert getattr(torch._C, "_cuda_getCurrentRawStream", None) is before
+
+
+def test_an_optimizer_steps_under_the_fake_on_either_build():
+    """Optimizer.step asks torch.accelerator for the current stream (is a CUDA graph being
+    captured?): on PyTorch's CUDA build that reached the missing driver under the fake."""
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.Adam(model.parameters())
+    with fake_gpu("T4"):
+        assert torch.accelerator.current_accelerator() == torch.device("cuda")
+        assert not torch.accelerator.current_stream().is_capturing()
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+    with pytest.raises(RuntimeError, match="fake CUDA runtime"):
+        with fake_gpu("T4"):
+            torch.accelerator.current_stream().query()
 
 
 # --------------------------------------------------------------------------- bf16
