@@ -508,7 +508,15 @@ def require_function(fn, name: str) -> None:
 # of CPython 3.10-3.13 and PyTorch 2.x) and says what usually causes it; the original error follows,
 # so nothing is hidden. The first rule that matches wins: the most specific come first.
 
+# What PyTorch says when code asks for CUDA where there is none: the CPU build ("not compiled"),
+# the CUDA build without a driver (a laptop, CI), or a driver without a GPU.
+NO_GPU_TEXT = (r"(Torch not compiled with CUDA enabled|Found no NVIDIA driver|No CUDA GPUs are "
+               r"available|CUDA driver version is insufficient|not linked with support for cuda)")
+
 _ERROR_WORDS = [
+    ((RuntimeError, AssertionError), NO_GPU_TEXT,
+     "the code asked for a CUDA GPU and there is none here: take the device from what the check "
+     "gives you (e.g. next(model.parameters()).device), never a hard-coded \"cuda\"."),
     (TypeError, r"NoneType",
      "a value in your code is None: a function or helper you call returns nothing (a missing "
      "`return`), or a variable was set to None. Print the values on the line that failed."),

@@ -410,3 +410,15 @@ def test_an_unknown_error_keeps_its_own_text_and_a_long_one_is_cut():
     # a check's own explanation still wins over the general one
     with pytest.raises(Wrong, match="^the check's own words$"):
         call_answer(lambda: 1 / 0, what="f()", explain=lambda exc: "the check's own words")
+
+
+@pytest.mark.parametrize("text", [
+    "Torch not compiled with CUDA enabled",                                   # the CPU build
+    "Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU",  # CUDA build
+    "CUDA error: CUDA driver version is insufficient for CUDA runtime version",
+])
+def test_asking_for_cuda_without_a_gpu_is_explained_on_every_build(text):
+    from gpucourse.exercises import explain_error
+
+    meaning = explain_error(RuntimeError(text))
+    assert meaning and "there is none here" in meaning and "hard-coded" in meaning

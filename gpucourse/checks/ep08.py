@@ -15,11 +15,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import re
 import time
 
 import numpy as np
 
-from ..exercises import Exercise, Wrong, as_number, require_function, solution_link, tensors_close
+from ..exercises import NO_GPU_TEXT, Exercise, Wrong, as_number, require_function, solution_link, tensors_close
 from ..exercises import call_answer as _call
 
 NOTEBOOK = "08-feeding-the-gpu.ipynb"
@@ -128,7 +129,7 @@ def _explain_error(device):
         if "can't be cast" in text and "Long" in text:
             return (f"the labels are integers ({text.splitlines()[0][:100]}): BCEWithLogitsLoss needs float "
                     "targets. Convert y once with torch.from_numpy(y).float().")
-        if "cuda" in text.lower() and device.type == "cpu":
+        if device.type == "cpu" and ("cuda" in text.lower() or re.search(NO_GPU_TEXT, text)):
             return (f"your loop asked for CUDA, but there is no GPU here ({text.splitlines()[0][:100]}). Use the "
                     "model's device, next(model.parameters()).device, instead of 'cuda'.")
         return None
