@@ -88,6 +88,48 @@ def test_episodes_and_solutions_were_executed(site):
             assert "✓ Correct" in html and "✗ Not yet" not in html, f"{page}: a solution check did not pass"
 
 
+# ------------------------------------------------------------ front door --
+
+def _episode_pages() -> list[str]:
+    return [page for page in coursetools.toc_files() if page.startswith("episodes/")]
+
+
+def _readme_rows() -> list[list[str]]:
+    """The cells of each row of the README's episode table (rows that start with "| N. ")."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    return [[cell.strip() for cell in line.strip().strip("|").split(" | ")]
+            for line in lines if re.match(r"\| \d+\. ", line)]
+
+
+def test_readme_table_lists_every_episode_with_its_links():
+    """One row per episode, in the order of the table of contents: its title as the notebook's
+    heading says it, the Colab badge of the lesson, and the exercises and solutions in Colab."""
+    rows, pages = _readme_rows(), _episode_pages()
+    listed = [row[0] for row in rows]
+    assert len(rows) == len(pages), f"the README lists {len(rows)} episodes, the book has {len(pages)}: {listed}"
+    for row, page in zip(rows, pages):
+        name = page.removeprefix("episodes/")
+        heading = coursetools.read(ROOT / f"{page}.ipynb").cells[0].source.splitlines()[0]
+        assert row[0] == heading.removeprefix("# ").strip(), f"README row {row[0]!r}, notebook {heading!r}"
+        badge = coursetools.badge(REPO, BRANCH, f"{page}.ipynb").split(" [![Open in Kaggle]")[0]
+        assert row[1] == badge, f"{row[0]}: the lesson link is {row[1]!r}, not {badge!r}"
+        for column, kind in ((2, "exercises"), (3, "solutions")):
+            link = f"[{kind}]({coursetools.colab_url(REPO, BRANCH, f'{kind}/{name}.ipynb')})"
+            assert row[column] == link, f"{row[0]}: {kind} link {row[column]!r}, not {link!r}"
+
+
+_NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+                 "fourteen fifteen sixteen seventeen eighteen nineteen twenty").split()
+
+
+def test_readme_first_paragraph_counts_every_episode():
+    """The README's first paragraph says how many episodes the course has, as the book has them."""
+    text = (ROOT / "README.md").read_text().split("\n\n")[1]
+    n = len(_episode_pages())
+    assert re.search(rf"\b({n}|{_NUMBER_WORDS[n]})\b", text, re.IGNORECASE), (
+        f"the README's first paragraph does not say the course has {n} episodes:\n{text}")
+
+
 # ---------------------------------------------------------------- browser --
 
 def _chromium() -> str | None:
@@ -133,22 +175,40 @@ def browser():
         browser.close()
 
 
-def _open(browser, url: str, name: str, width: int = WIDTHS["desktop"], shot: str | None = None):
-    """Load ``url``; external requests get an empty answer (CI has no internet)."""
+#: Problems that start with this are requests to the site itself that failed (a 404, a refused file).
+FAILED_REQUEST = "request to the site failed: "
+
+
+def _is_site(url: str) -> bool:
+    return url.startswith("http://127.0.0.1")
+
+
+def _open(browser, url: str, name: str, width: int = WIDTHS["desktop"], shot: str | None = None,
+          wait_until: str = "load"):
+    """Load ``url``; external requests get an empty answer (CI has no internet).
+
+    Requests to other hosts are not the site's fault offline; a request to the site itself that
+    fails, or is answered 400 or more, is a problem (``FAILED_REQUEST``), at any time the page lives.
+    """
     page = browser.new_page(viewport={"width": width, "height": 900})
     problems = []
     page.on("console", lambda m: m.type == "error" and m.text not in ALLOWED_CONSOLE and problems.append(m.text))
     page.on("pageerror", lambda e: problems.append(f"uncaught: {e}"))
+    # Aborted is not failed: a page that moves on (index.html's redirect) cancels what it started.
+    page.on("requestfailed", lambda r: _is_site(r.url) and r.failure != "net::ERR_ABORTED" and problems.append(
+        f"{FAILED_REQUEST}{r.method} {r.url} ({r.failure})"))
+    page.on("response", lambda r: _is_site(r.url) and r.status >= 400 and problems.append(
+        f"{FAILED_REQUEST}{r.request.method} {r.url} answered {r.status} ({r.request.resource_type})"))
 
     def route(r):
-        if r.request.url.startswith("http://127.0.0.1"):
+        if _is_site(r.request.url):
             return r.continue_()
         is_svg = r.request.url.endswith(".svg")
         return r.fulfill(status=200, body=_PLACEHOLDER_SVG if is_svg else "",
                          content_type="image/svg+xml" if is_svg else "text/plain")
 
     page.route("**/*", route)
-    response = page.goto(url, wait_until="load")
+    response = page.goto(url, wait_until=wait_until)
     assert response is not None and response.ok, f"{url} answered {response and response.status}"
     page.wait_for_timeout(300)
     path = SHOTS / (shot or "") / f"{name}.png"
@@ -157,13 +217,19 @@ def _open(browser, url: str, name: str, width: int = WIDTHS["desktop"], shot: st
     return page, problems
 
 
-PAGES = ["index"] + [page for page in coursetools.toc_files() if page.startswith(("book/", "episodes/", "solutions/"))]
+PAGES = ["index"] + coursetools.toc_files()
 
 
 @pytest.mark.parametrize("page_name", PAGES)
-def test_page_loads_without_console_errors(browser, server, page_name):
-    page, problems = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"))
+def test_page_loads_without_console_errors_or_failed_requests(browser, server, page_name):
+    """Every request the page makes to the site succeeds, those its scripts make later included
+    (a theme script once asked for /basic.css on every page and got a 404)."""
+    page, problems = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"),
+                           wait_until="networkidle")
+    page.wait_for_load_state("networkidle")
     assert page.title(), "page has no title"
+    failed = [p for p in problems if p.startswith(FAILED_REQUEST)]
+    assert not failed, f"on {page_name}:\n  " + "\n  ".join(failed)
     assert not problems, f"console errors on {page_name}: {problems}"
     missing_alt = page.eval_on_selector_all("img", "els => els.filter(e => !e.getAttribute('alt')).map(e => e.src)")
     assert not missing_alt, f"images without alt text on {page_name}: {missing_alt}"
@@ -213,6 +279,68 @@ def test_solution_pages_hide_generator_markers_and_status_uses_words(site):
 
 
 
+def test_no_table_has_an_empty_header_cell(site):
+    """pandas' empty corner and index-name cells are data cells on the site (book/_ext/table_headers.py):
+    a screen reader would announce an empty header for each cell they head (axe: empty-table-header)."""
+    empty = re.compile(r"<th(\s[^>]*)?>\s*</th>")
+    found = [f"{page}: {len(empty.findall(html))}" for page in ALL_PAGES
+             if empty.search(html := (site / f"{page}.html").read_text())]
+    assert not found, "empty table header cells on " + ", ".join(found)
+
+
+def _site_extension(name: str):
+    """One of the site's Sphinx extensions in book/_ext/, imported as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"book_ext_{name}", ROOT / "book" / "_ext" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_empty_dataframe_headers_become_data_cells():
+    fill_empty_headers = _site_extension("table_headers").fill_empty_headers
+
+    frame = '<table class="dataframe"><thead><tr><th></th><th>T4</th></tr><tr><th>batch</th><th> </th></tr>'
+    assert fill_empty_headers(frame) == (
+        '<table class="dataframe"><thead><tr><td></td><th>T4</th></tr><tr><th>batch</th><td></td></tr>')
+    other = "<table><tr><th></th></tr></table>"      # not pandas': left alone
+    assert fill_empty_headers(other) == other
+
+
+def test_a_relative_css_import_is_written_in_place_with_its_urls_rebased(tmp_path):
+    inline_imports = _site_extension("inline_css_imports").inline_imports
+
+    (tmp_path / "styles").mkdir()
+    (tmp_path / "basic.css").write_text("li { background-image: url(file.png); }\n"
+                                        "a { background: url('https://example.org/x.png'); }\n")
+    theme = tmp_path / "styles" / "theme.css"
+    theme.write_text('/* theme */\n@import "../basic.css";\nbody { color: red; }\n')
+    assert inline_imports(theme)
+    text = theme.read_text()
+    assert "@import" not in text and "url(../file.png)" in text and "url('https://example.org/x.png')" in text
+    assert text.index("li {") < text.index("body {"), "the imported rules must come first, as an @import does"
+    assert not inline_imports(theme), "a second pass changes nothing"
+
+
+def test_mathjax_comes_from_npm_at_the_locked_version():
+    """package.json pins MathJax 3 exactly and the lock file agrees: the site serves that copy."""
+    import json
+
+    pinned_version = _site_extension("local_mathjax").pinned_version
+
+    wanted = json.loads((ROOT / "package.json").read_text())["dependencies"]["mathjax"]
+    assert re.fullmatch(r"3\.\d+\.\d+", wanted), f"pin MathJax 3 exactly in package.json, not {wanted!r}"
+    assert pinned_version(ROOT) == wanted, "package-lock.json is out of step with package.json: run npm install"
+
+
+def test_mathjax_is_served_by_the_site(site):
+    mathjax = site / "_static" / "mathjax"
+    assert (mathjax / "tex-chtml.js").is_file(), (
+        "the site has no MathJax of its own: is npm installed? (book/_ext/local_mathjax.py)")
+    assert list((mathjax / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff")), "MathJax's fonts are missing"
+
+
 def test_status_page_lists_every_reference_record_and_its_figures(site):
     from gpucourse import reference
 
@@ -240,14 +368,23 @@ def _axe_violations(page) -> list[dict]:
     return axe.run(page, options=options).response["violations"]
 
 
+#: axe-core's impacts that fail the test: all but "minor" (a moderate one is `region`, text
+#: outside every landmark, which a screen-reader user skipping from landmark to landmark misses).
+FAILING_IMPACTS = ("moderate", "serious", "critical")
+
+
 @pytest.mark.parametrize("page_name", ALL_PAGES)
 def test_accessibility_with_axe(browser, server, page_name):
-    """No serious or critical axe-core violation on any page, none allowed."""
-    page, _ = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"), shot="desktop")
+    """No moderate, serious or critical axe-core violation on any page, none allowed."""
+    page, problems = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"), shot="desktop")
     violations = _axe_violations(page)
+    page.wait_for_load_state("networkidle")
     page.close()
     found = [f"{v['id']} ({v['impact']}): {n['target']} {n.get('failureSummary', '')[:160]!r}"
-             for v in violations if v["impact"] in ("serious", "critical") for n in v["nodes"]]
+             for v in violations if v["impact"] in FAILING_IMPACTS for n in v["nodes"]]
+    # axe fetches the page's stylesheets again to read them (an @import it resolved against the
+    # page once asked for /basic.css, a 404 on every page: book/_ext/inline_css_imports.py).
+    found += [p for p in problems if p.startswith(FAILED_REQUEST)]
     assert not found, f"axe-core on {page_name}:\n  " + "\n  ".join(found[:15])
 
 
@@ -313,18 +450,95 @@ _RAW_MATH_JS = """() => {
   return article.innerText;
 }"""
 
+# Waits until MathJax has typeset the page (or 20 s), then says how each formula came out.
+_TYPESET_JS = """async () => {
+  for (let waited = 0; !window.MathJax?.startup?.promise && waited < 20000; waited += 100) {
+    await new Promise(done => setTimeout(done, 100));
+  }
+  if (window.MathJax?.startup?.promise) await window.MathJax.startup.promise;
+  const formulas = [...document.querySelectorAll('article .math')];
+  return {
+    loaded: !!window.MathJax?.version, version: window.MathJax?.version || null,
+    unrendered: formulas.filter(f => !f.querySelector('mjx-container')).map(f => f.textContent.slice(0, 80)),
+    errors: [...document.querySelectorAll('article mjx-merror')].map(e => e.textContent.slice(0, 80)),
+    containers: document.querySelectorAll('article .math mjx-container').length,
+  };
+}"""
+
 
 @pytest.mark.parametrize("page_name", ALL_PAGES)
-def test_maths_is_left_to_mathjax(browser, server, page_name):
-    page, _ = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"))
+def test_every_formula_renders_offline(browser, server, page_name):
+    """MathJax comes with the site (book/_ext/local_mathjax.py) and typesets every formula.
+
+    The browser reaches no other host (a CDN is answered with an empty file), so a site that
+    loads MathJax from anywhere else shows raw LaTeX here, as it would to a reader offline.
+    """
+    page, problems = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"))
     n_math = page.locator("article .math").count()
-    has_mathjax = page.locator('script[src*="mathjax"]').count() > 0
+    scripts = page.eval_on_selector_all('script[src*="mathjax"]', "els => els.map(e => e.src)")
+    result = page.evaluate(_TYPESET_JS) if n_math else None
+    page.wait_for_load_state("networkidle")     # the fonts MathJax asks for
     text = page.evaluate(_RAW_MATH_JS)
-    page.close()
     if n_math:
-        assert has_mathjax, f"{page_name} has {n_math} formulas but loads no MathJax: they show as raw LaTeX"
+        shot = SHOTS / "maths" / f"{page_name.replace('/', '-')}.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.locator("article .math").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(shot))
+    page.close()
     for raw in ("\\(", "\\[", "$$"):
         assert raw not in text, f"{page_name} shows raw LaTeX {raw!r} outside a formula"
+    if not n_math:
+        return
+    assert scripts and all(_is_site(src) and "/_static/mathjax/" in src for src in scripts), (
+        f"{page_name} has {n_math} formulas but loads MathJax from {scripts or 'nowhere'}, not from the site")
+    assert result["loaded"], f"{page_name}: MathJax did not start ({scripts}); its formulas show as raw LaTeX"
+    assert not result["unrendered"], f"{page_name}: formulas left as LaTeX: {result['unrendered'][:5]}"
+    assert not result["errors"], f"{page_name}: formulas MathJax could not read: {result['errors'][:5]}"
+    assert result["containers"] == n_math, result
+    failed = [p for p in problems if p.startswith(FAILED_REQUEST)]
+    assert not failed, f"{page_name}: {failed}"
+
+
+# One line of each kind of coloured terminal output myst-nb can render: the eight colours, bold,
+# on a coloured background, 256-colour codes; once as stdout and once in the reddish stderr box.
+_ANSI_LINES = [f"-Color -Color-{c}" for c in (
+    "Black", "Red", "Green", "Yellow", "Blue", "Magenta", "Cyan", "White")] + [
+    "-Color -Color-Bold -Color-Bold-Red", "-Color -Color-Bold -Color-Bold-Yellow",
+    "-Color -Color-BGYellow", "-Color -Color-Red -Color-Red-BGBlack", "-Color -Color-Cyan-BGBlue",
+    "-Color -Color-C226", "-Color -Color-C21", "-Color -Color-C196-BGC236", "-Color -Color-BGC21"]
+_ANSI_SAMPLE = "".join(
+    f'<div class="cell_output docutils container"><div class="output {kind} highlight-myst-ansi notranslate">'
+    '<div class="highlight"><pre><span></span>'
+    + "".join(f'<span class="{cls}">coloured output ({cls})</span>\n' for cls in _ANSI_LINES)
+    + "</pre></div></div></div>" for kind in ("stream", "stderr"))
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_coloured_terminal_output_is_legible(browser, server, theme):
+    """ANSI-coloured output (episode 9's logs on PyPI's CUDA build of PyTorch) meets WCAG AA
+    contrast in both themes: book/_static/ansi-colours.css, measured by axe in the browser."""
+    page, _ = _open(browser, f"{server}/episodes/09-more-than-one-gpu.html", f"ansi-{theme}")
+    page.evaluate("""([theme, sample]) => {
+        document.documentElement.dataset.theme = theme;
+        document.documentElement.dataset.mode = theme;
+        const box = document.createElement('div');
+        box.id = 'ansi-sample';
+        box.className = 'cell docutils container';
+        box.innerHTML = sample;
+        document.querySelector('article').prepend(box);
+    }""", [theme, _ANSI_SAMPLE])
+    page.locator("#ansi-sample").scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / f"ansi-{theme}.png"))
+    spans = page.locator("#ansi-sample span[class*='-Color']").count()
+    assert spans == 2 * len(_ANSI_LINES)
+    axe = Axe()
+    page.evaluate(axe.axe_script)
+    violations = axe.run(page, context="#ansi-sample",
+                         options={"runOnly": ["color-contrast"], "resultTypes": ["violations"]}
+                         ).response["violations"]
+    page.close()
+    found = [f"{n['target']}: {n.get('failureSummary', '')[:200]}" for v in violations for n in v["nodes"]]
+    assert not found, f"coloured output below AA contrast in the {theme} theme:\n  " + "\n  ".join(found)
 
 
 @pytest.mark.parametrize("page_name", [p for p in ALL_PAGES if p.startswith(("episodes/", "solutions/"))])
