@@ -16,8 +16,9 @@ find_python = $(firstword $(foreach p,python$(1) \
                   /usr/bin/python$(1) /usr/local/bin/python$(1),\
                   $(shell $(p) -c 'import sys; "%d.%d" % sys.version_info[:2] == "$(1)" and print(sys.executable)' 2>/dev/null)))
 COLAB_PYTHON ?= $(call find_python,$(COLAB_PY_VERSION))
-# `make test-cuda-build`: the whole suite again with PyPI's torch for Linux, the CUDA build that
-# brings Triton (what a learner's Linux machine installs), in .venv-cuda, on this Python.
+# `make test-cuda-build`: the suite again with PyPI's torch for Linux, the CUDA build that brings
+# Triton (what a learner's Linux machine installs), in .venv-cuda, on this Python; every test and
+# notebook but the website's, which `make test` builds and reads in a browser either way.
 CUDA_BUILD_PY_VERSION ?= 3.13
 CUDA_BUILD_PYTHON ?= $(call find_python,$(CUDA_BUILD_PY_VERSION))
 VENV   := .venv
@@ -91,7 +92,7 @@ test-cuda-build:
 	@test -n "$(CUDA_BUILD_PYTHON)" || { echo "make test-cuda-build needs Python $(CUDA_BUILD_PY_VERSION); set CUDA_BUILD_PYTHON=/path/to/python3.12 or 3.13"; exit 1; }
 	$(MAKE) install PYTHON=$(CUDA_BUILD_PYTHON) VENV=.venv-cuda
 	@.venv-cuda/bin/python -c "import torch, triton; assert torch.version.cuda, 'PyPI gave a CPU build of torch here (not Linux x86_64?)'; print('== torch', torch.__version__, '(CUDA', torch.version.cuda + ') with triton', triton.__version__)"
-	$(MAKE) test PYTHON=$(CUDA_BUILD_PYTHON) VENV=.venv-cuda
+	$(QUICK) .venv-cuda/bin/python -m pytest $(NOTEBOOK_TESTS) tests episodes solutions exercises --ignore=tests/test_book.py
 
 # On a GPU machine without the network (no .venv can be made), the system Python is used;
 # the notebook runner then comes from gpu-bundle/ (CONTRIBUTING.md, "GPU reference runs").
