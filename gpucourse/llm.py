@@ -537,7 +537,10 @@ def _own_reason(backend_name: str, query, key, value, is_causal: bool, enable_gq
     params = torch.backends.cuda.SDPAParams(query, key, value, None, 0.0, is_causal, enable_gqa)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        ask(params, debug=True)
+        try:
+            ask(params, debug=True)
+        except RuntimeError:   # PyTorch's CUDA build asks the driver even for CPU tensors, and
+            return None        # fails where there is none: the exception's text is the reason
     return next((strip_trigger(w.message) for w in seen if strip_trigger(w.message)), None)
 
 

@@ -239,6 +239,19 @@ def test_sdpa_backend_problem_asks_can_use_when_the_call_gave_no_reason(monkeypa
     assert asked == [(True, True, True)]
 
 
+def test_a_probe_that_needs_the_missing_driver_leaves_the_error(monkeypatch):
+    """PyPI's CUDA build without a driver: can_use_cudnn_attention raises for CPU tensors."""
+    monkeypatch.setattr(F, "scaled_dot_product_attention", _fails_with_warnings([]))
+
+    def can_use(params, debug=False):
+        raise RuntimeError("CUDA error: CUDA driver version is insufficient for CUDA runtime version")
+
+    monkeypatch.setattr(torch.backends.cuda, "can_use_cudnn_attention", can_use)
+    q = torch.randn(1, 9, 16, 64)
+    why = llm.sdpa_backend_problem(SDPBackend.CUDNN_ATTENTION, q, q, q)
+    assert why == "No available kernel. Aborting execution."
+
+
 def test_sdpa_backend_problem_on_the_cpu_is_none_or_the_error():
     q = torch.randn(1, 9, 16, 64)
     assert llm.sdpa_backend_problem(SDPBackend.MATH, q, q, q) is None
