@@ -55,6 +55,16 @@ def test_tensorflow_before_2_21_cannot_use_sm_120(tf, g4_model, monkeypatch, ver
         assert "RTX PRO 6000" in problem and "2.21" in problem
 
 
+def test_a_gpu_tensorflow_did_not_list_itself_is_not_judged(tf, monkeypatch):
+    """Episode 4's check pretends a GPU is listed (TensorFlow 2.20, Colab's): asking for its
+    details raises ValueError, which must not stop the check."""
+    monkeypatch.setattr(tf, "__version__", "2.20.0")
+    pretended = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda device_type=None: [pretended] if device_type == "GPU" else [])
+    assert features.tf_gpu_problem(tf) is None
+
+
 def test_import_tensorflow_hides_a_gpu_it_cannot_run_on_once(tf, g4_model, monkeypatch, capsys):
     monkeypatch.setattr(tf, "__version__", "2.20.0")
     with fakecuda.fake_gpu(g4_model, tensorflow=True):
