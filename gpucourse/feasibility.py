@@ -326,6 +326,16 @@ def code_cells(notebook: Path) -> list[str]:
     return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
 
 
+def _parsed_cells(notebook: Path):
+    """``(source, tree)`` of each code cell that parses as Python (a cell with IPython syntax,
+    such as a magic, holds nothing these readers look for)."""
+    for source in code_cells(notebook):
+        try:
+            yield source, ast.parse(source)
+        except SyntaxError:
+            continue
+
+
 def _full_value(node: ast.AST):
     """The ``"full"`` entry of ``{"full": ..., ...}[MODE]``, evaluated, or None if not that."""
     if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict)
@@ -344,11 +354,7 @@ def full_sizes(notebook: Path) -> dict:
     Tuple assignments (``A, B = {...}[MODE], 256``) are read element by element.
     """
     found = {}
-    for source in code_cells(notebook):
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:       # a cell with IPython syntax (magics) holds no SIZES
-            continue
+    for source, tree in _parsed_cells(notebook):
         for node in ast.walk(tree):
             if not isinstance(node, ast.Assign) or len(node.targets) != 1:
                 continue
@@ -365,11 +371,7 @@ def full_sizes(notebook: Path) -> dict:
 
 def passes_attn_implementation(notebook: Path) -> bool:
     """Whether a ``load_model(...)`` call of the notebook passes ``attn_implementation=``."""
-    for source in code_cells(notebook):
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
+    for source, tree in _parsed_cells(notebook):
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
@@ -553,11 +555,7 @@ def cell_with(notebook: Path, marker: str) -> str:
 def _functions(notebook: Path) -> dict[str, str]:
     """``{name: source}`` of the functions the notebook's code cells define."""
     found = {}
-    for source in code_cells(notebook):
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
+    for source, tree in _parsed_cells(notebook):
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef):
                 found[node.name] = ast.get_source_segment(source, node) or ""
