@@ -80,11 +80,15 @@ class KernelMode:
     triton: str
     numba: str
     late: bool = False
+    #: why Numba runs in its simulator on a machine with a GPU ("" otherwise)
+    numba_problem: str = ""
 
     def describe(self) -> str:
         if self.triton == "compiled":
-            return "Triton compiles for this GPU; Numba runs on it" + (
-                "." if self.numba == "compiled" else " only in its simulator.")
+            if self.numba == "compiled":
+                return "Triton compiles for this GPU; Numba runs on it."
+            return ("Triton compiles for this GPU; Numba runs only in its simulator"
+                    + (f": {self.numba_problem}" if self.numba_problem else "."))
         text = ("No CUDA GPU: Triton kernels run in its interpreter and Numba kernels in its CUDA "
                 "simulator, on the CPU, for correctness. Their timings mean nothing here.")
         if self.late:
@@ -101,6 +105,75 @@ def library_interpreted() -> bool:
     from triton.runtime.interpreter import InterpretedFunction
 
     return isinstance(standard.max, InterpretedFunction)
+
+
+#: Compiles and launches one tiny kernel: what the episode's Numba cells need of numba-cuda.
+_NUMBA_PROBE = """
+import importlib.util
+import numpy as np
+from numba import cuda
+
+# numba-cuda's NumPy support, which the first compile loads: imported first, so that a NumPy
+# it cannot use is named even where no driver answers (numba's built-in target has none).
+if importlib.util.find_spec("numba.cuda.np") and importlib.util.find_spec("numba.cuda.np.arrayobj"):
+    import numba.cuda.np.arrayobj
+
+@cuda.jit
+def one(x):
+    x[0] = 1.0
+
+x = np.zeros(1, dtype=np.float32)
+one[1, 1](x)
+assert x[0] == 1.0, "the kernel ran but did not write"
+"""
+
+
+def numba_cuda_problem(timeout: float = 180) -> str | None:
+    """Why Numba cannot compile for this machine's GPU, or None if it can.
+
+    Asked in a child process, because a failed first compile leaves ``numba.cuda`` half
+    imported, and the simulator can only be chosen before that import. Seen: numba-cuda 0.30
+    with NumPy 2.5, which removed ``np.row_stack`` that numba-cuda still registers.
+    """
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != SIMULATOR_ENV}
+    try:
+        done = subprocess.run([sys.executable, "-c", _NUMBA_PROBE], env=env, timeout=timeout,
+                              capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        return f"a one-line Numba kernel did not compile and run within {timeout:.0f} s"
+    if done.returncode == 0:
+        return None
+    error = last_exception(done.stderr) or f"exit status {done.returncode}"
+    advice = ("; install a numba-cuda that supports this NumPy, or a NumPy it supports, then "
+              "restart") if "'numpy'" in error else ""
+    return f"numba-cuda cannot compile here ({error}; {_numba_versions()}){advice}"
+
+
+def last_exception(stderr: str, limit: int = 240) -> str:
+    """The last exception of a traceback, its class without the module path, on one line."""
+    lines = stderr.strip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        match = re.match(r"([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(:.*)?$", lines[i])
+        if match:
+            text = " ".join([match.group(1).rsplit(".", 1)[-1] + (match.group(2) or "")]
+                            + [line.strip() for line in lines[i + 1:]])
+            text = re.sub(r"\s+", " ", text).rstrip(" :")
+            return text if len(text) <= limit else text[:limit - 1] + "…"
+    return ""
+
+
+def _numba_versions() -> str:
+    from importlib import metadata
+
+    found = []
+    for name in ("numba-cuda", "numba", "numpy"):
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return ", ".join(found)
 
 
 def setup(gpu_available: bool) -> KernelMode:
@@ -134,14 +207,17 @@ def setup(gpu_available: bool) -> KernelMode:
         if problem:
             raise KernelSetupError(problem)
         guard_interpreter()
-    if not nvidia:
+    numba_problem = numba_cuda_problem() if nvidia else None
+    simulate = not nvidia or numba_problem is not None
+    if simulate:
         if "numba.cuda" in sys.modules and os.environ.get(SIMULATOR_ENV) != "1":
             raise KernelSetupError("numba.cuda was imported before kernels.setup(); restart the "
                                    "kernel and run the cells in order.")
         os.environ[SIMULATOR_ENV] = "1"
     return KernelMode("interpreted" if not gpu_available else "compiled",
-                      "compiled" if nvidia else "simulated",
-                      late=not gpu_available and not library_interpreted())
+                      "simulated" if simulate else "compiled",
+                      late=not gpu_available and not library_interpreted(),
+                      numba_problem=numba_problem or "")
 
 
 # ---- guards for the interpreter ----------------------------------------------------------

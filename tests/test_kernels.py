@@ -274,11 +274,44 @@ def test_setup_without_triton_says_what_to_install(monkeypatch):
 @pytest.mark.parametrize("model", ["T4", "A100", "H100"])
 def test_setup_on_a_gpu_compiles(monkeypatch, model):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(kernels, "numba_cuda_problem", lambda: None)   # a working numba-cuda
     with fakecuda.fake_gpu(model):
         mode = kernels.setup(gpu_available=torch.cuda.is_available())
     assert (mode.triton, mode.numba) == ("compiled", "compiled")
     assert "TRITON_INTERPRET" not in os.environ
     assert mode.describe().startswith("Triton compiles for this GPU")
+
+
+def test_setup_on_a_gpu_simulates_numba_that_cannot_compile(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(kernels, "numba_cuda_problem", lambda: "numba-cuda cannot compile here")
+    with fakecuda.fake_gpu("H100"):
+        mode = kernels.setup(gpu_available=torch.cuda.is_available())
+    assert (mode.triton, mode.numba) == ("compiled", "simulated")
+    assert os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
+    assert mode.describe().endswith("simulator: numba-cuda cannot compile here")
+
+
+def test_numba_probe_names_the_error_of_a_numpy_numba_cuda_cannot_use(tmp_path, monkeypatch):
+    # NumPy 2.5 removed np.row_stack, which numba-cuda 0.30 registers at its first compile.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import numpy\n"
+        "def _gone(name, _old=numpy.__getattr__ if hasattr(numpy, '__getattr__') else None):\n"
+        "    if name == 'row_stack':\n"
+        "        raise AttributeError(\"module 'numpy' has no attribute 'row_stack'\")\n"
+        "    return _old(name)\n"
+        "numpy.__dict__.pop('row_stack', None)\n"
+        "numpy.__getattr__ = _gone\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    problem = kernels.numba_cuda_problem()
+    assert problem.startswith("numba-cuda cannot compile here (")
+    assert "row_stack" in problem and "numba-cuda " in problem and "numpy " in problem
+    assert "a NumPy it supports" in problem
+
+
+def test_numba_probe_on_a_machine_without_a_gpu_reports_why():
+    problem = kernels.numba_cuda_problem()
+    assert problem and "numba-cuda cannot compile here" in problem
 
 
 # --- the simulator, with the threads of a block in a chosen order -----------------------------
@@ -329,3 +362,11 @@ def test_thread_order_names_the_thread_out_of_bounds_and_restores_the_simulator(
     with pytest.raises(ValueError, match="'sideways'"):
         with kernels.thread_order("sideways"):
             pass
+
+
+def test_last_exception_keeps_a_message_over_several_lines():
+    stderr = ("Traceback (most recent call last):\n  File \"x\", line 1\n"
+              "numba.cuda.cudadrv.error.CudaSupportError: Error at driver init: \n\n"
+              "CUDA driver library cannot be found.\n:\n")
+    assert kernels.last_exception(stderr) == ("CudaSupportError: Error at driver init: CUDA "
+                                              "driver library cannot be found.")
