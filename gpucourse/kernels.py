@@ -32,6 +32,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from gpucourse import tracebacks
+
 INTERPRET_ENV = "TRITON_INTERPRET"
 SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"
 #: The triton that torch 2.13's CUDA wheel pins (its ``requires_dist``); requirements.txt pins it.
@@ -145,23 +147,10 @@ def numba_cuda_problem(timeout: float = 180) -> str | None:
         return f"a one-line Numba kernel did not compile and run within {timeout:.0f} s"
     if done.returncode == 0:
         return None
-    error = last_exception(done.stderr) or f"exit status {done.returncode}"
+    error = tracebacks.last_exception(done.stderr) or f"exit status {done.returncode}"
     advice = ("; install a numba-cuda that supports this NumPy, or a NumPy it supports, then "
               "restart") if "'numpy'" in error else ""
     return f"numba-cuda cannot compile here ({error}; {_numba_versions()}){advice}"
-
-
-def last_exception(stderr: str, limit: int = 240) -> str:
-    """The last exception of a traceback, its class without the module path, on one line."""
-    lines = stderr.strip().splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        match = re.match(r"([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(:.*)?$", lines[i])
-        if match:
-            text = " ".join([match.group(1).rsplit(".", 1)[-1] + (match.group(2) or "")]
-                            + [line.strip() for line in lines[i + 1:]])
-            text = re.sub(r"\s+", " ", text).rstrip(" :")
-            return text if len(text) <= limit else text[:limit - 1] + "…"
-    return ""
 
 
 def _numba_versions() -> str:

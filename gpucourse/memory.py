@@ -30,6 +30,8 @@ import contextlib
 import gc
 import weakref
 
+from gpucourse import tracebacks
+
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
 
@@ -374,7 +376,7 @@ def meter_for(device):
 
 def run_child(command, env=None, timeout=300):
     """Run ``command`` (a fresh Python process); return the JSON it printed last as a dict, or None after
-    printing why not (a timeout, or a failure with the end of its stderr).
+    printing why not in one line (a timeout, a module the machine lacks, or the child's last error).
 
     Episode 6 runs TensorFlow and the CUDA allocator's settings in fresh processes: memory growth and
     ``PYTORCH_CUDA_ALLOC_CONF`` take effect only before the framework first uses the GPU.
@@ -389,7 +391,12 @@ def run_child(command, env=None, timeout=300):
         return None
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
-        print(f"the child process failed (exit code {done.returncode}):\n{done.stderr[-2000:]}")
+        error = tracebacks.last_exception(done.stderr)
+        if error.startswith("ModuleNotFoundError"):
+            print(f"Skipped: {error.split(': ', 1)[-1]}")
+        else:
+            print(f"the child process failed (exit code {done.returncode}): "
+                  f"{error or done.stderr[-2000:]}")
         return None
     return json.loads(lines[-1])
 

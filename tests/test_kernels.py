@@ -29,7 +29,7 @@ import triton.language as tl  # noqa: E402
 from numba import cuda  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
-from gpucourse import fakecuda, kernels  # noqa: E402
+from gpucourse import fakecuda, kernels, tracebacks  # noqa: E402
 
 EPISODE = ROOT / "episodes" / "12-gpu-kernels.ipynb"
 
@@ -368,5 +368,5 @@ def test_last_exception_keeps_a_message_over_several_lines():
     stderr = ("Traceback (most recent call last):\n  File \"x\", line 1\n"
               "numba.cuda.cudadrv.error.CudaSupportError: Error at driver init: \n\n"
               "CUDA driver library cannot be found.\n:\n")
-    assert kernels.last_exception(stderr) == ("CudaSupportError: Error at driver init: CUDA "
+    assert tracebacks.last_exception(stderr) == ("CudaSupportError: Error at driver init: CUDA "
                                               "driver library cannot be found.")

@@ -93,6 +93,15 @@ def test_run_child_says_why_it_has_no_answer(capsys):
     assert memory.run_child([sys.executable, "-c", "print('{\"a\": 1}')"]) == {"a": 1}
 
 
+def test_run_child_without_a_module_says_skipped_in_one_line(capsys):
+    assert memory.run_child([sys.executable, "-c", "raise ModuleNotFoundError("
+                             "\"No module named 'tensorflow': this cell needs TensorFlow\")"]) is None
+    out = capsys.readouterr().out
+    assert out == "Skipped: No module named 'tensorflow': this cell needs TensorFlow\n"
+    assert memory.run_child([sys.executable, "-c", "raise ValueError('bad size')"]) is None
+    assert capsys.readouterr().out == "the child process failed (exit code 1): ValueError: bad size\n"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="without a GPU the module refuses")
 def test_the_fragmentation_child_needs_a_gpu(capsys):
     assert fragmentation_child.run() is None
