@@ -9,6 +9,8 @@ still be switched on afterwards.
 
 from __future__ import annotations
 
+import contextlib
+
 import importlib.util
 import os
 import shutil
@@ -240,6 +242,73 @@ def backend() -> str:
         ("xpu", hasattr(torch, "xpu") and torch.xpu.is_available()),
     ) if ok]
     return f"PyTorch {torch.__version__} built for {build}; usable devices: {', '.join(usable) or 'the CPU only'}"
+
+
+def pick_device(index: int = 0) -> "torch.device":
+    """cuda:index if that GPU exists, else Apple's mps, else an Intel xpu, else the CPU.
+
+    Episode 2 writes this function out in a cell; every later PyTorch episode calls it from
+    here (tests/test_device_choice.py keeps the two equal). AMD GPUs under ROCm are "cuda".
+    """
+    import torch
+
+    if torch.cuda.is_available() and index < torch.cuda.device_count():
+        return torch.device(f"cuda:{index}")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return torch.device("xpu", 0)
+    return torch.device("cpu")
+
+
+#: What to do when PyTorch lacks an operation on Apple's GPU (its NotImplementedError says so).
+MPS_FALLBACK = ("PyTorch has no kernel for this operation on Apple's GPU (MPS) yet. Set "
+                "PYTORCH_ENABLE_MPS_FALLBACK=1 before `import torch` (restart the kernel, then "
+                "`%env PYTORCH_ENABLE_MPS_FALLBACK=1` in the first cell) to run such operations "
+                "on the CPU, or run this cell with device = torch.device('cpu').")
+
+
+def describe_choice(device) -> str:
+    """One line on the device :func:`pick_device` chose and what it means for this episode."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        index = device.index or 0
+        maker = "AMD, through ROCm" if torch.version.hip else "NVIDIA"
+        return f"device: {device} ({torch.cuda.get_device_name(index)}, {maker})"
+    if device.type == "mps":
+        return ("device: mps (Apple's GPU). CUDA-only parts (memory statistics, nvidia-smi, "
+                "CUDA timings) say so and are skipped; an operation PyTorch lacks on MPS is "
+                "named, with PYTORCH_ENABLE_MPS_FALLBACK=1 as the way round.")
+    if device.type == "xpu":
+        return ("device: xpu (Intel's GPU). CUDA-only parts (memory statistics, nvidia-smi, "
+                "CUDA timings) say so and are skipped.")
+    return "device: cpu (no GPU that PyTorch can use was found)"
+
+
+def missing_operation(exc: BaseException, device) -> str | None:
+    """The sentence to print when ``exc`` is PyTorch lacking an operation on ``device``
+    (MPS's NotImplementedError), else None: any other error is the learner's to read."""
+    import torch
+
+    if (isinstance(exc, NotImplementedError) and torch.device(device).type == "mps"
+            and "MPS" in str(exc)):
+        return f"{str(exc).splitlines()[0]}\n{MPS_FALLBACK}"
+    return None
+
+
+@contextlib.contextmanager
+def says_if_unsupported(device):
+    """Run a block; if PyTorch lacks one of its operations on ``device`` (Apple's MPS), print
+    what to do instead of stopping the notebook. Every other error propagates."""
+    try:
+        yield
+    except NotImplementedError as exc:
+        message = missing_operation(exc, device)
+        if message is None:
+            raise
+        print(message)
 
 
 def datasheet_table(gpu_name: str | None = None) -> str:

@@ -647,3 +647,41 @@ def _fake_tensorflow(gpus: FakeGPUs, restore: list):
 
 __all__ = ["MODELS", "FakeGPUs", "fake_gpu", "install_on_import", "machine_spec", "parse_machine_spec",
            "round_size", "segment_size"]
+
+
+# --------------------------------------------------------------------------- Apple's MPS and Intel's XPU
+
+@contextlib.contextmanager
+def fake_backend(kind: str):
+    """Make PyTorch report an Apple GPU (``"mps"``) or an Intel GPU (``"xpu"``) and no CUDA GPU.
+
+    Patched at the same layer as :func:`fake_gpu`: the C functions ``torch.backends.mps`` and
+    ``torch.xpu`` ask (``torch._C._mps_is_available``, ``torch._C._has_xpu``,
+    ``_xpu_getDeviceCount``), so the choice code above them runs as it is. Like the fake
+    CUDA runtime it has no kernels: a tensor on the device still fails.
+    """
+    import torch
+
+    if kind not in ("mps", "xpu"):
+        raise ValueError(f"fake_backend({kind!r}): use 'mps' (Apple) or 'xpu' (Intel)")
+    restore: list = []
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(_patched(torch._C, "_cuda_getDeviceCount", lambda: 0, restore))
+        if kind == "mps":
+            stack.enter_context(_patched(torch._C, "_mps_is_available", lambda: True, restore))
+        else:
+            stack.enter_context(_patched(torch._C, "_has_xpu", True, restore))
+            stack.enter_context(_patched(torch._C, "_xpu_getDeviceCount", lambda: 1, restore))
+            stack.enter_context(_patched(torch.xpu, "_device_count_zes", lambda: -1, restore))
+        torch.backends.mps.is_available.cache_clear()
+        torch.cuda.device_count.cache_clear() if hasattr(torch.cuda.device_count, "cache_clear") else None
+        yield
+    finally:
+        for obj, name, had, old in reversed(restore):
+            if had:
+                setattr(obj, name, old)
+            else:
+                delattr(obj, name)
+        stack.close()
+        torch.backends.mps.is_available.cache_clear()

@@ -17,6 +17,7 @@ that tests and CI can set them without editing a notebook:
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -107,6 +108,56 @@ def describe_mode(mode: str) -> str:
     if mode not in texts:
         raise ValueError(f"Unknown run mode {mode!r}; expected one of {MODES}.")
     return texts[mode]
+
+
+#: One JSON file per episode (``ep01.json``): ``{"full": {...}, "reduced": {...}, "quick": {...}}``.
+SIZES_DIR = Path(__file__).parent / "sizes"
+
+_SHORT = {"quick": "quick mode (GPUCOURSE_QUICK=1: tiny sizes, no speed in the numbers)",
+          "reduced": "reduced mode (no GPU: sizes cut to finish on a laptop CPU)",
+          "full": "full mode (a GPU: full sizes)"}
+
+
+class Sizes(dict):
+    """An episode's sizes for this run; ``mode`` says which of the three they are."""
+
+    def __init__(self, episode: str, mode: str, values: dict):
+        super().__init__(values)
+        self.episode, self.mode = episode, mode
+
+    def describe(self, limit: int = 88) -> str:
+        """One line: the mode, then as many ``name=value`` pairs as fit in ``limit`` characters."""
+        line = _SHORT[self.mode]
+        for name, value in self.items():
+            part = f"{' · ' if line == _SHORT[self.mode] else ', '}{name}={value}"
+            if len(line) + len(part) > limit:
+                return line + " …"
+            line += part
+        return line
+
+
+def sizes(episode: str, gpu_available: bool) -> Sizes:
+    """The sizes ``episode`` runs at here: its table in ``gpucourse/sizes/<episode>.json``, row
+    :func:`run_mode`. The three rows are the course's, kept out of the notebook's first screen.
+
+    Parameters
+    ----------
+    episode : str
+        ``"ep01"`` … as the file is named.
+    gpu_available : bool
+        Whether the episode's framework sees a GPU (``torch.cuda.is_available()``).
+    """
+    path = SIZES_DIR / f"{episode}.json"
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        known = sorted(p.stem for p in SIZES_DIR.glob("*.json"))
+        raise ValueError(f"no sizes for {episode!r}: expected {path} (known: {', '.join(known)})") from None
+    mode = run_mode(gpu_available)
+    missing = [m for m in MODES if m not in table]
+    if missing:
+        raise ValueError(f"{path} has no row for {', '.join(missing)}: each of {MODES} needs one")
+    return Sizes(episode, mode, table[mode])
 
 
 def data_dir() -> Path:

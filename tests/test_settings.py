@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from gpucourse import settings
@@ -85,3 +87,39 @@ def test_real_data_required_refuses_the_fallback_after_a_failed_download(monkeyp
     monkeypatch.setattr(atlas.sources, "real_files", no_network)
     with pytest.raises(settings.StandInRefused, match="no network"):
         atlas.load_4lep(100)
+
+
+# --- sizes: each episode's three rows in gpucourse/sizes/<episode>.json ---------------------
+
+def test_sizes_take_the_row_of_the_run_mode(tmp_path, monkeypatch):
+    (tmp_path / "ep99.json").write_text(json.dumps(
+        {"full": {"n": 4096}, "reduced": {"n": 512}, "quick": {"n": 16}}))
+    monkeypatch.setattr(settings, "SIZES_DIR", tmp_path)
+    monkeypatch.setenv("GPUCOURSE_QUICK", "0")
+    assert settings.sizes("ep99", gpu_available=True) == {"n": 4096}
+    reduced = settings.sizes("ep99", gpu_available=False)
+    assert reduced == {"n": 512} and reduced.mode == "reduced"
+    assert reduced.describe() == "reduced mode (no GPU: sizes cut to finish on a laptop CPU) · n=512"
+    monkeypatch.setenv("GPUCOURSE_QUICK", "1")
+    assert settings.sizes("ep99", gpu_available=True).mode == "quick"
+
+
+def test_sizes_say_which_file_or_row_is_missing(tmp_path, monkeypatch):
+    (tmp_path / "ep98.json").write_text(json.dumps({"full": {}, "quick": {}}))
+    monkeypatch.setattr(settings, "SIZES_DIR", tmp_path)
+    with pytest.raises(ValueError, match="no row for reduced"):
+        settings.sizes("ep98", gpu_available=False)
+    with pytest.raises(ValueError, match="no sizes for 'ep97'.*known: ep98"):
+        settings.sizes("ep97", gpu_available=False)
+
+
+def test_a_long_description_stays_on_one_line():
+    line = settings.Sizes("ep99", "full", {f"size_{i}": 10**i for i in range(12)}).describe()
+    assert len(line) <= 88 and line.endswith("…") and "\n" not in line
+
+
+@pytest.mark.parametrize("path", sorted(settings.SIZES_DIR.glob("*.json")), ids=lambda p: p.stem)
+def test_every_sizes_file_has_the_three_rows_with_the_same_names(path):
+    table = json.loads(path.read_text())
+    assert set(table) == set(settings.MODES), path
+    assert table["quick"].keys() == table["reduced"].keys() == table["full"].keys(), path
