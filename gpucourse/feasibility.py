@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucourse import settings
+
 CAPABILITIES_PATH = Path(__file__).parent / "references" / "capabilities.json"
 
 # The math backend keeps the float32 scores, their softmax and the causal mask for every
@@ -349,7 +351,8 @@ def _full_value(node: ast.AST):
 
 
 def full_sizes(notebook: Path) -> dict:
-    """Every ``NAME = {...}[MODE]`` of the notebook, at full size: ``{"SIZES": {...}, ...}``.
+    """Every ``NAME = {...}[MODE]`` of the notebook, at full size: ``{"SIZES": {...}, ...}``,
+    and every ``NAME = settings.sizes("epNN", ...)``, read from that episode's sizes file.
 
     Tuple assignments (``A, B = {...}[MODE], 256``) are read element by element.
     """
@@ -359,6 +362,11 @@ def full_sizes(notebook: Path) -> dict:
             if not isinstance(node, ast.Assign) or len(node.targets) != 1:
                 continue
             target, value = node.targets[0], node.value
+            episode = _sizes_call(value)
+            if episode and isinstance(target, ast.Name):
+                table = json.loads((settings.SIZES_DIR / f"{episode}.json").read_text())
+                found[target.id] = table["full"]
+                continue
             pairs = ([(target, value)] if isinstance(target, ast.Name) else
                      list(zip(target.elts, value.elts))
                      if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) else [])
@@ -367,6 +375,14 @@ def full_sizes(notebook: Path) -> dict:
                 if full is not None:
                     found[name.id] = full
     return found
+
+
+def _sizes_call(value: ast.AST) -> str | None:
+    """``"ep05"`` for ``settings.sizes("ep05", ...)``, else None."""
+    if (isinstance(value, ast.Call) and ast.unparse(value.func) in ("settings.sizes", "sizes")
+            and value.args and isinstance(value.args[0], ast.Constant)):
+        return value.args[0].value
+    return None
 
 
 def passes_attn_implementation(notebook: Path) -> bool:

@@ -114,7 +114,7 @@ def describe_mode(mode: str) -> str:
 SIZES_DIR = Path(__file__).parent / "sizes"
 
 _SHORT = {"quick": "quick mode (GPUCOURSE_QUICK=1: tiny sizes, no speed in the numbers)",
-          "reduced": "reduced mode (no GPU: sizes cut to finish on a laptop CPU)",
+          "reduced": "reduced mode (no CUDA GPU: sizes cut to finish on a laptop)",
           "full": "full mode (a GPU: full sizes)"}
 
 

@@ -187,6 +187,15 @@ def test_full_sizes_reads_the_full_entries(tmp_path):
                                                 "N": 400}
 
 
+def test_full_sizes_reads_an_episodes_sizes_file(tmp_path, monkeypatch):
+    (tmp_path / "ep77.json").write_text(json.dumps(
+        {"full": {"batch": 64}, "reduced": {"batch": 8}, "quick": {"batch": 2}}))
+    monkeypatch.setattr(feasibility.settings, "SIZES_DIR", tmp_path)
+    notebook = write_notebook(tmp_path / "nb.ipynb", [
+        'SIZES = settings.sizes("ep77", gpu_available=torch.cuda.is_available())'])
+    assert feasibility.full_sizes(notebook) == {"SIZES": {"batch": 64}}
+
+
 def test_rows_need_the_episode_number_in_the_file_name(tmp_path):
     notebook = write_notebook(tmp_path / "ep10_old.ipynb", ["x = 1"])
     with pytest.raises(ValueError, match="episode number"):

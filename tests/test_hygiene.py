@@ -98,8 +98,8 @@ def test_episode_anatomy(path):
     order = [text.find(h) for h in ("## Questions", "## Objectives", "## Key points")]
     assert -1 not in order and order == sorted(order), "need Questions, Objectives … Key points, in that order"
     assert "## Key points" in md[-1], "Key points must be the last cell"
-    assert re.search(r"settings\.run_mode\(", "\n".join(c.source for c in nb.cells if c.cell_type == "code")), (
-        "pick the run mode visibly with settings.run_mode(...)")
+    assert re.search(r"settings\.(run_mode|sizes)\(", "\n".join(c.source for c in nb.cells if c.cell_type == "code")), (
+        "pick the sizes visibly with SIZES = settings.sizes(\"epNN\", ...) and print SIZES.describe()")
 
 
 def test_every_notebook_and_page_is_in_the_toc():
