@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import warnings
 
-__all__ = ["GPU_DOCS", "MISSING", "NoGPU", "fit_and_score"]
+__all__ = ["GPU_DOCS", "MISSING", "NoGPU", "boosted_trees", "fit_and_score"]
 
 #: XGBoost's own page on its GPU algorithms (``device="cuda"`` with ``tree_method="hist"``).
 GPU_DOCS = "https://xgboost.readthedocs.io/en/stable/gpu/index.html"
@@ -31,8 +31,31 @@ def _xgboost():
     return xgboost
 
 
-def fit_and_score(X_train, y_train, X_test, device: str = "cpu", rounds: int = 200, seed: int = 0):
-    """Train ``XGBClassifier(tree_method="hist", device=device)`` and predict ``X_test``.
+def boosted_trees(device, rounds, seed=0):
+    """XGBoost's classifier of ``rounds`` trees, built on ``device``.
+
+    Episode 3 writes this function out in a cell (the line it teaches is XGBoost's ``device``
+    argument, since XGBoost 2.0); :func:`fit_and_score` calls it from here, and
+    tests/test_taught_ep03.py keeps the two equal.
+
+    Parameters
+    ----------
+    device : str
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    rounds : int
+        Boosting rounds (trees).
+    seed : int
+        The classifier's random seed.
+    """
+    from xgboost import XGBClassifier
+
+    return XGBClassifier(tree_method="hist", device=device, n_estimators=rounds,
+                         max_depth=6, learning_rate=0.1, random_state=seed)
+
+
+def fit_and_score(X_train, y_train, X_test, device: str = "cpu", rounds: int = 200, seed: int = 0,
+                  make=boosted_trees):
+    """Train ``make(device, rounds, seed)`` (XGBoost's classifier) and predict ``X_test``.
 
     Parameters
     ----------
@@ -40,6 +63,9 @@ def fit_and_score(X_train, y_train, X_test, device: str = "cpu", rounds: int = 2
     device : "cpu", "cuda" or "cuda:N"
     rounds : boosting rounds (trees), the same for every device
     seed : random seed of the classifier
+    make : callable
+        ``make(device, rounds, seed)`` returns the unfitted classifier: :func:`boosted_trees`,
+        or the same function as an episode's cell defines it.
 
     Returns
     -------
@@ -57,22 +83,17 @@ def fit_and_score(X_train, y_train, X_test, device: str = "cpu", rounds: int = 2
         and train on the CPU.
     """
     xgboost = _xgboost()
-
-    def classifier(n):
-        return xgboost.XGBClassifier(tree_method="hist", device=device, n_estimators=n, max_depth=6,
-                                     learning_rate=0.1, random_state=seed, n_jobs=None)
-
     on_gpu = str(device).startswith("cuda")
     if on_gpu and not xgboost.build_info().get("USE_CUDA"):
         raise NoGPU(f"this XGBoost {xgboost.__version__} was built without CUDA (pip's xgboost-cpu, or macOS), so "
                     "it cannot train on a GPU; Colab's and Kaggle's XGBoost can.")
     with warnings.catch_warnings(record=True) as caught:                  # warm-up, not timed
         warnings.simplefilter("always")
-        classifier(2).fit(X_train[:1000], y_train[:1000])
+        make(device, 2, seed).fit(X_train[:1000], y_train[:1000])
     if on_gpu and any("Device is changed from GPU to CPU" in str(w.message) for w in caught):
         # XGBoost would quietly train on the CPU instead: a "GPU" time that is not one
         raise NoGPU("XGBoost found no GPU it can use (it would fall back to the CPU), so there is no GPU fit to time.")
-    model = classifier(rounds)
+    model = make(device, rounds, seed)
     start = time.perf_counter()
     model.fit(X_train, y_train)
     seconds = time.perf_counter() - start

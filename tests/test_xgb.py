@@ -56,3 +56,25 @@ def test_a_gpu_fit_without_a_usable_gpu_is_refused_not_timed_on_the_cpu(monkeypa
     monkeypatch.setattr(xgboost, "build_info", lambda: {"USE_CUDA": False})
     with pytest.raises(xgb.NoGPU, match="built without CUDA"):
         xgb.fit_and_score(X, y, X, device="cuda", rounds=2)
+
+
+def test_boosted_trees_passes_the_device_to_xgboost():
+    pytest.importorskip("xgboost")
+    for device in ("cpu", "cuda", "cuda:1"):
+        params = xgb.boosted_trees(device, 7, seed=2).get_params()
+        assert (params["device"], params["n_estimators"], params["random_state"]) == (device, 7, 2)
+
+
+def test_fit_and_score_warms_up_and_then_trains_what_make_builds():
+    pytest.importorskip("xgboost")
+    X, y = _table(400, 4)
+    built = []
+
+    def make(device, rounds, seed):
+        built.append((device, rounds, seed))
+        return xgb.boosted_trees(device, rounds, seed)
+
+    _, prob = xgb.fit_and_score(X[:300], y[:300], X[300:], rounds=6, seed=5, make=make)
+    assert built == [("cpu", 2, 5), ("cpu", 6, 5)]          # the untimed warm-up, then the fit
+    _, same = xgb.fit_and_score(X[:300], y[:300], X[300:], rounds=6, seed=5)
+    np.testing.assert_array_equal(prob, same)
