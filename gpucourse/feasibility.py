@@ -529,8 +529,9 @@ def _ep10(sizes, gpu, torch_version, notebook):
 
 
 def _ep11(sizes, gpu, torch_version, notebook):
-    """§4's MLP (512 inputs, two layers of WIDTH, SGD); its data stay in host memory."""
-    width, batch = sizes["WIDTH"], 256
+    """§4's MLP (512 inputs, two layers of SIZES["loader_width"], SGD); its data stay in host
+    memory."""
+    width, batch = sizes["SIZES"]["loader_width"], 256
     return [Row("11", "def train_epoch", f"MLP 512 → {width} → {width}, batch {batch}, SGD",
                 mlp_training_bytes(width, 2, batch, n_in=512, state_bytes_per_parameter=8))]
 

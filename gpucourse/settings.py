@@ -113,8 +113,8 @@ def describe_mode(mode: str) -> str:
 #: One JSON file per episode (``ep01.json``): ``{"full": {...}, "reduced": {...}, "quick": {...}}``.
 SIZES_DIR = Path(__file__).parent / "sizes"
 
-_SHORT = {"quick": "quick mode (GPUCOURSE_QUICK=1: tiny sizes, no speed in the numbers)",
-          "reduced": "reduced mode (no CUDA GPU: sizes cut to finish on a laptop)",
+_SHORT = {"quick": "quick mode (tiny sizes, for tests)",
+          "reduced": "reduced mode (no CUDA GPU: laptop sizes)",
           "full": "full mode (a GPU: full sizes)"}
 
 

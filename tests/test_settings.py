@@ -99,7 +99,7 @@ def test_sizes_take_the_row_of_the_run_mode(tmp_path, monkeypatch):
     assert settings.sizes("ep99", gpu_available=True) == {"n": 4096}
     reduced = settings.sizes("ep99", gpu_available=False)
     assert reduced == {"n": 512} and reduced.mode == "reduced"
-    assert reduced.describe() == "reduced mode (no CUDA GPU: sizes cut to finish on a laptop) · n=512"
+    assert reduced.describe() == "reduced mode (no CUDA GPU: laptop sizes) · n=512"
     monkeypatch.setenv("GPUCOURSE_QUICK", "1")
     assert settings.sizes("ep99", gpu_available=True).mode == "quick"
 

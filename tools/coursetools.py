@@ -96,14 +96,16 @@ def setup_cell(repo: str, branch: str) -> str:
     most often means the notebook's Internet switch is off, and the cell says so.
     """
     return f"""\
-# On Colab or Kaggle, install the course helper package (torch and TensorFlow are already there).
+# On Colab or Kaggle: install the course helper (the frameworks are there already).
 import os, subprocess, sys
 if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                          "gpucourse @ {pip_spec(repo, branch)}"], capture_output=True, text=True)
+    spec = "gpucourse @ {pip_spec(repo, branch)}"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", spec],
+                         capture_output=True, text=True)
     if pip.returncode and "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
-        sys.exit("pip could not install the course helper. On Kaggle, turn Internet on (Settings → Internet, or the "
-                 "right panel's Session options; it needs a phone-verified account), then run this cell again.")
+        sys.exit("pip could not install the course helper. On Kaggle, turn Internet on "
+                 "(Settings → Internet, or the right panel's Session options; it needs "
+                 "a phone-verified account), then run this cell again.")
     if pip.returncode:
         sys.exit(pip.stderr)"""
 
