@@ -1,0 +1,117 @@
+"""The notebook is the lesson (DESIGN §15): short cells of one idea within the page's width,
+sizes off the first screen, the device episode 2 teaches, one prediction before a measurement,
+and lessons in cells rather than in markdown fences (the few fences allowed are listed, with
+why)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EPISODES = sorted((ROOT / "episodes").glob("[0-9][0-9]-*.ipynb"))
+IDS = [p.name[:2] for p in EPISODES]
+SETUP_TAG = "colab-setup"
+MAX_LINES, MAX_MEDIAN, MAX_WIDTH = 15, 8, 88
+
+# Shell commands (```bash) are for a terminal, not the notebook's Python, and are allowed.
+SHELL = ("bash", "sh", "console")
+# Python in markdown fences that is not the lesson's runnable code, and why it cannot be a cell.
+# Key: (episode number, the fence's language, a phrase of its lines).
+ALLOWED_FENCES = {
+    ("11", "python", "while epoch < args.epochs"): (
+        "key lines of gpucourse/survive_train.py, which runs in child processes that are "
+        "killed; tests/test_survive.py keeps each line equal to the module"),
+    ("12", "python", "cp.RawKernel"): "CuPy has no CPU mode: nothing here can run it",
+}
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def _code(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in _cells(path) if c["cell_type"] == "code"
+            and SETUP_TAG not in c.get("metadata", {}).get("tags", [])]
+
+
+def _markdown(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in _cells(path) if c["cell_type"] == "markdown"]
+
+
+def _lines(source: str) -> int:
+    return sum(1 for line in source.splitlines() if line.strip())
+
+
+@pytest.mark.parametrize("path", EPISODES, ids=IDS)
+def test_cells_are_short_and_fit_the_page(path):
+    sizes = [_lines(source) for source in _code(path)]
+    long = [(i, n) for i, n in enumerate(sizes) if n > MAX_LINES]
+    assert not long, f"code cells (index among code cells, lines) over {MAX_LINES}: {long}"
+    assert statistics.median(sizes) <= MAX_MEDIAN, (
+        f"median code cell {statistics.median(sizes)} lines: split cells of two ideas")
+    wide = [line for source in _code(path) for line in source.splitlines()
+            if len(line) > MAX_WIDTH]
+    assert not wide, f"{len(wide)} code lines wider than {MAX_WIDTH}, e.g. {wide[0]!r}"
+
+
+@pytest.mark.parametrize("path", EPISODES, ids=IDS)
+def test_sizes_come_from_the_episodes_file_not_a_table_on_the_first_screen(path):
+    code = "\n".join(_code(path))
+    assert not re.search(r"\}\s*\[MODE\]", code), "a {...}[MODE] table: use settings.sizes"
+    assert f'settings.sizes("ep{path.name[:2]}"' in code or path.name.startswith("02"), (
+        f'SIZES = settings.sizes("ep{path.name[:2]}", ...) and print(SIZES.describe())')
+
+
+def _uses_torch(path: Path) -> bool:
+    return any(re.search(r"^import torch\b", source, re.M) for source in _code(path))
+
+
+@pytest.mark.parametrize("path", [p for p in EPISODES if _uses_torch(p)],
+                         ids=[p.name[:2] for p in EPISODES if _uses_torch(p)])
+def test_pytorch_episodes_choose_the_device_as_episode_2_teaches(path):
+    code = "\n".join(_code(path))
+    calls = [ast.unparse(node.func) for source in _code(path) if "%" not in source
+             for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)]
+    if not path.name.startswith("02"):       # episode 2 writes pick_device itself
+        assert "course_device.pick_device" in calls, "device = course_device.pick_device()"
+    assert not re.search(r"""torch\.device\(\s*["']cuda["']\s+if""", code), (
+        'torch.device("cuda" if ... else "cpu") drops Apple\'s and Intel\'s GPUs')
+
+
+@pytest.mark.parametrize("path", EPISODES, ids=IDS)
+def test_one_prediction_before_a_measurement_and_its_answer_after(path):
+    cells = _cells(path)
+    asks = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown"
+            and re.search(r"^\*\*Predict", "".join(c["source"]), re.M)]
+    answers = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown"
+               and "".join(c["source"]).lstrip().startswith("<details><summary>Answer")]
+    assert len(asks) >= 1 and answers, "a **Predict:** question and a <details> answer"
+    first, answer = asks[0], min(a for a in answers if a > asks[0])
+    assert any(c["cell_type"] == "code" for c in cells[first + 1:answer]), (
+        "the measurement runs between the question and its answer")
+    assert "</details>" in "".join(cells[answer]["source"])
+
+
+@pytest.mark.parametrize("path", EPISODES, ids=IDS)
+def test_no_lesson_in_markdown_fences(path):
+    for text in _markdown(path):
+        for language, body in re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
+            if language in SHELL:
+                continue
+            allowed = [why for (ep, lang, phrase), why in ALLOWED_FENCES.items()
+                       if ep == path.name[:2] and lang == language and phrase in body]
+            assert allowed, (f"a ```{language} fence starting {body[:60]!r}: make it a cell, or "
+                             "add it to ALLOWED_FENCES with the reason it cannot run")
+
+
+def test_every_allowed_fence_is_still_there():
+    texts = {p.name[:2]: "\n".join(_markdown(p)) for p in EPISODES}
+    gone = [key for key in ALLOWED_FENCES
+            if f"```{key[1]}" not in texts.get(key[0], "") or key[2] not in texts[key[0]]]
+    assert not gone, f"allowed fences no longer in the episodes: {gone}"
