@@ -24,6 +24,9 @@ SHELL = ("bash", "sh", "console")
 # Python in markdown fences that is not the lesson's runnable code, and why it cannot be a cell.
 # Key: (episode number, the fence's language, a phrase of its lines).
 ALLOWED_FENCES = {
+    ("04", "python", "# ← no Flatten before Dense"): (
+        "a published tutorial's listing, broken on purpose, that the episode repairs; "
+        "tests/test_taught_ep04.py checks that it cannot run (SyntaxError)"),
     ("11", "python", "while epoch < args.epochs"): (
         "key lines of gpucourse/survive_train.py, which runs in child processes that are "
         "killed; tests/test_survive.py keeps each line equal to the module"),
