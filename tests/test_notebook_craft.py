@@ -19,8 +19,9 @@ IDS = [p.name[:2] for p in EPISODES]
 SETUP_TAG = "colab-setup"
 MAX_LINES, MAX_MEDIAN, MAX_WIDTH = 15, 8, 88
 
-# Shell commands (```bash) are for a terminal, not the notebook's Python, and are allowed.
-SHELL = ("bash", "sh", "console")
+# Shell commands (```bash) are for a terminal, and plain fences (``` or ```text) show printed
+# output: neither is the notebook's Python, and both are allowed.
+SHELL = ("bash", "sh", "console", "", "text")
 # Python in markdown fences that is not the lesson's runnable code, and why it cannot be a cell.
 # Key: (episode number, the fence's language, a phrase of its lines).
 ALLOWED_FENCES = {
