@@ -13,6 +13,7 @@ import contextlib
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -224,24 +225,34 @@ def print_report(frameworks=("torch", "tensorflow")) -> list[FrameworkReport]:
 
 # --------------------------------------------------------------------------- which backend, which GPU
 
+def build_backend() -> str:
+    """The accelerator this PyTorch build was compiled for: CUDA, ROCm, Intel's XPU or none.
+
+    Episode 2 writes this function out in a cell (tests/test_taught_ep02.py keeps the two
+    equal). Apple's MPS is not a build of its own: the Mac wheel has it and no CUDA.
+    """
+    import torch
+
+    if torch.version.hip:
+        return f"ROCm/HIP {torch.version.hip} (AMD GPUs, still called cuda devices)"
+    if torch.version.cuda:
+        return f"CUDA {torch.version.cuda} (NVIDIA GPUs)"
+    if getattr(torch.version, "xpu", None):
+        return f"Intel XPU {torch.version.xpu} (Intel GPUs, 'xpu' devices)"
+    return "no CUDA or ROCm (a CPU-only build)"
+
+
 def backend() -> str:
     """Which accelerator backend this PyTorch build has and can use: CUDA, ROCm, Apple's MPS, Intel's XPU or none."""
     import torch
 
-    if torch.version.hip:
-        build = f"ROCm/HIP {torch.version.hip} (AMD GPUs, still named 'cuda' devices)"
-    elif torch.version.cuda:
-        build = f"CUDA {torch.version.cuda} (NVIDIA GPUs)"
-    elif getattr(torch.version, "xpu", None):
-        build = f"Intel XPU {torch.version.xpu} (Intel GPUs, 'xpu' devices)"
-    else:
-        build = "no CUDA or ROCm (a CPU-only build)"
     usable = [name for name, ok in (
         ("cuda", torch.cuda.is_available()),
         ("mps", getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()),
         ("xpu", hasattr(torch, "xpu") and torch.xpu.is_available()),
     ) if ok]
-    return f"PyTorch {torch.__version__} built for {build}; usable devices: {', '.join(usable) or 'the CPU only'}"
+    return (f"PyTorch {torch.__version__} built for {build_backend()}; "
+            f"usable devices: {', '.join(usable) or 'the CPU only'}")
 
 
 def pick_device(index: int = 0) -> "torch.device":
@@ -326,3 +337,82 @@ def datasheet_table(gpu_name: str | None = None) -> str:
     if gpu_name and mine is None:
         rows.append(f"(your {gpu_name} is not in the table: look up its datasheet)")
     return "\n".join(rows)
+
+
+# --------------------------------------------------------------------------- kernels for which GPUs
+
+#: ``torch.cuda.get_arch_list()`` of PyPI's torch 2.13.0+cu130 for Linux x86_64, measured on a
+#: machine without a GPU (the list is compiled into the wheel). PyTorch's support matrix gives
+#: the same architectures, 7.5 to 12.0, for the CUDA 12.8 wheels of torch 2.11, Colab's
+#: (https://github.com/pytorch/pytorch/blob/main/RELEASE.md#pytorch-cuda-support-matrix).
+PYPI_CUDA_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")
+
+#: The GPU targets in libtorch_hip.so of a ROCm 6.2 wheel of torch, listed with roc-obj-ls in
+#: pytorch/pytorch#132570 (2024): gfx1010 and gfx1031, for example, are not among them.
+ROCM_62_ARCHS = ("gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100")
+
+_CUDA_ARCH = re.compile(r"(sm|compute)_(\d+)([af]?)")
+
+
+def kernel_for(arch, arch_list) -> str | None:
+    """The entry of a build's architecture list whose code runs on a GPU, or None.
+
+    Parameters
+    ----------
+    arch : tuple of int or str
+        An NVIDIA GPU's compute capability as ``torch.cuda.get_device_capability()`` gives
+        it, e.g. ``(7, 5)``; or an AMD GPU's ``gcnArchName``, e.g. ``"gfx90a:sramecc+:xnack-"``.
+    arch_list : iterable of str
+        What the build was compiled for: ``torch.cuda.get_arch_list()``.
+
+    Returns
+    -------
+    str or None
+        For NVIDIA, a binary ``sm_XY`` runs on capabilities X.Y to X.9 (same major) and PTX
+        ``compute_XY`` is compiled by the driver for any capability from X.Y up; ``sm_90a``-style
+        entries run on X.Y only (CUDA Programming Guide, "Binary Compatibility" and
+        "PTX Compatibility"). A binary is preferred to PTX. For AMD, each ``gfx`` target is
+        compiled on its own: the name before the first ``:`` must be in the list.
+    """
+    entries = list(arch_list)
+    if isinstance(arch, str) and arch.startswith("gfx"):
+        target = arch.split(":")[0]
+        return next((a for a in entries if a.split(":")[0] == target), None)
+    if not (isinstance(arch, tuple) and len(arch) == 2 and all(isinstance(n, int) for n in arch)):
+        raise ValueError(f"arch={arch!r}: give (major, minor) as torch.cuda.get_device_capability() "
+                         "returns, or an AMD gcnArchName such as 'gfx90a'")
+    binaries, ptx = [], []
+    for entry in entries:
+        found = _CUDA_ARCH.fullmatch(entry)
+        if found is None:
+            continue                     # another vendor's target, e.g. gfx90a
+        kind, digits, suffix = found.groups()
+        code = (int(digits[:-1]), int(digits[-1]))
+        if suffix == "a":
+            runs = arch == code
+        elif kind == "sm":
+            runs = arch[0] == code[0] and arch[1] >= code[1]
+        else:
+            runs = arch >= code
+        if runs:
+            (binaries if kind == "sm" else ptx).append((code, entry))
+    usable = binaries or ptx          # the newest of them: the closest to the GPU
+    return max(usable)[1] if usable else None
+
+
+def arch_supported(arch, arch_list) -> bool:
+    """True if a build with ``arch_list`` (``torch.cuda.get_arch_list()``) has code that runs on
+    ``arch`` (a compute capability ``(major, minor)`` or an AMD ``gcnArchName``); see :func:`kernel_for`."""
+    return kernel_for(arch, arch_list) is not None
+
+
+def loaded_libraries(fragment: str) -> list[str]:
+    """Paths of the shared libraries this process has loaded whose file name contains ``fragment``
+    (e.g. ``"libcudnn"``), read from /proc/self/maps; an empty list where there is none (macOS,
+    Windows)."""
+    maps = "/proc/self/maps"
+    if not os.path.exists(maps):
+        return []
+    with open(maps, encoding="utf-8", errors="replace") as lines:
+        paths = {line.split()[-1] for line in lines if fragment in line.rsplit("/", 1)[-1]}
+    return sorted(p for p in paths if p.startswith("/"))
