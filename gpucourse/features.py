@@ -18,21 +18,32 @@ __all__ = ["amp_dtype_for", "COMPILE_ERRORS", "compile_failure", "compute_mode",
 def amp_dtype_for(device):
     """The 16-bit type for ``torch.autocast`` on ``device``, and why.
 
-    bfloat16 on a CPU and on NVIDIA GPUs of compute capability 8.0 or newer (A100, L4, H100: the same
-    tensor-core rate as float16, float32's range, no loss scaling); float16 with a ``GradScaler`` on
-    older GPUs (T4, V100), which run bfloat16 only by emulation.
+    Episode 7 writes this function out in a cell (tests/test_taught_ep07.py keeps the two
+    equal). bfloat16 off CUDA (a CPU, Apple's MPS, Intel's XPU) and on NVIDIA GPUs of compute
+    capability 8.0 or newer (A100, L4, H100: the same tensor-core rate as float16, float32's
+    range, no loss scaling); float16 with a ``GradScaler`` on older GPUs (T4, V100), which run
+    bfloat16 only by emulation.
+
+    Parameters
+    ----------
+    device : torch.device or str
+        Where autocast will run, e.g. ``"cuda:0"`` or ``"cpu"``.
+
+    Returns
+    -------
+    tuple of (torch.dtype, str)
+        The dtype, and a clause saying why (naming the GradScaler on a CUDA GPU).
     """
     import torch
 
     device = torch.device(device)
     if device.type != "cuda":
-        return torch.bfloat16, "CPU autocast runs in bfloat16 (no loss scaling needed)"
+        return torch.bfloat16, f"{device.type}: float32's range, so no GradScaler"
     major, minor = torch.cuda.get_device_capability(device)
-    if major >= 8:
-        return torch.bfloat16, (f"compute capability {major}.{minor}: bfloat16 runs on the tensor cores as fast as "
-                                "float16 and needs no GradScaler")
-    return torch.float16, (f"compute capability {major}.{minor}: no bfloat16 tensor cores (only emulation), so "
-                           "float16 with a GradScaler")
+    if major >= 8:   # Ampere and newer: bfloat16 tensor cores
+        return torch.bfloat16, f"compute capability {major}.{minor}: no GradScaler"
+    # T4, V100: bfloat16 only by emulation, so float16, whose loss must be scaled
+    return torch.float16, f"compute capability {major}.{minor}: float16 + GradScaler"
 
 
 def _compile_errors() -> tuple:

@@ -1,6 +1,7 @@
 """Small helpers for episodes 7 and 8: ``self_time_table`` prints a profile by self time (episode 7
-reads a training step's, episode 8 a starved loader's and a slow loop's); ``SlowShards`` feeds
-episode 8's input pipelines.
+reads a training step's, episode 8 a starved loader's and a slow loop's); ``quiet_profiler_log``
+keeps the profiler's own log lines out of a notebook; ``SlowShards`` feeds episode 8's input
+pipelines.
 
 ``SlowShards`` is a data set whose items are whole batches that take a set time to "read"
 (a stand-in for reading and decoding files). It lives in this module, not in the notebook,
@@ -11,9 +12,26 @@ class defined in a notebook cannot be found there.
 
 from __future__ import annotations
 
+import os
 import time
 
-__all__ = ["SlowShards", "self_time_table"]
+__all__ = ["SlowShards", "quiet_profiler_log", "self_time_table"]
+
+#: libkineto's levels run VERBOSE 0 … ERROR 3, STAGE 4, USDT 5; 6 is past the last of them.
+KINETO_SILENT = "6"
+
+
+def quiet_profiler_log() -> None:
+    """Keep libkineto's log lines out of the notebook.
+
+    libkineto, the library under ``torch.profiler``, writes lines of its own to the process's
+    stderr, which Jupyter shows under the cell: with PyTorch 2.13, a ``USDT: ...
+    profiler_start`` and a ``profiler_stop`` line for every profile. A learner can do nothing
+    with them. Only a level past all of libkineto's hides them (errors included), so this sets
+    ``KINETO_LOG_LEVEL`` to it unless the environment already names a level (set one to see the
+    lines again). libkineto reads the variable when the first profile starts: call this before.
+    """
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_SILENT)
 
 
 class SlowShards:
