@@ -4,17 +4,41 @@
 
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python -m gpucourse.fragmentation_child
 
-With a budget of 1.5 GiB, a 1 GiB tensor is freed (its segment stays cached), sixteen 64 MiB tensors
-are cut from it, every other one is freed, and a 640 MiB tensor is requested: less than the free part
-of the budget, but larger than any hole. It prints one line of JSON: allocated and reserved MiB before
-the request, whether it fitted, and whether the setting took effect. It needs a GPU.
+With a budget of 1.5 GiB, :func:`fragment_then_ask` frees a 1 GiB tensor (on a GPU its segment
+stays cached), cuts sixteen 64 MiB tensors from it, frees every other one, and asks for 640 MiB:
+less than the free part of the budget, but larger than any hole. Episode 6 writes that function
+out in a cell and runs it in the notebook too (``tests/test_taught_ep06.py`` keeps the two equal).
+The child prints one line of JSON: allocated and reserved bytes before the request, whether it
+fitted, and whether the setting took effect; ``describe()`` says it in one line. It needs a GPU.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+
+from gpucourse.memory import MIB, CudaMeter, format_bytes
+
+
+def fragment_then_ask(dev, meter):
+    """Free 1 GiB, cut sixteen 64 MiB tensors from it, free every other one, then ask for
+    640 MiB: less than is free, more than any hole. ``meter`` reads the memory held."""
+    import torch
+
+    block = torch.empty(1024 * MIB, dtype=torch.uint8, device=dev)
+    del block                                    # 1 GiB, cached by a GPU's allocator
+    tensors = [torch.empty(64 * MIB, dtype=torch.uint8, device=dev) for _ in range(16)]
+    kept = tensors[::2]                          # eight stay; eight 64 MiB holes between them
+    del tensors
+    report = {"allocated": meter.allocated(), "reserved": meter.reserved()}
+    try:
+        torch.empty(640 * MIB, dtype=torch.uint8, device=dev)
+        report["640 MiB"] = "fits"
+    except torch.OutOfMemoryError as exc:
+        report["640 MiB"] = f"out of memory: {exc}"
+    return report
 
 
 def _oom_figures(message: str) -> str:
@@ -22,30 +46,33 @@ def _oom_figures(message: str) -> str:
     return message.removeprefix("CUDA out of memory. ").split(" If reserved")[0].split(" See documentation")[0].strip()
 
 
+def describe(report: dict) -> str:
+    """One line: what was held before the request, and whether the 640 MiB fitted (with the
+    error's own figure of reserved but unallocated memory when it did not)."""
+    line = (f"{format_bytes(report['allocated'])} allocated, {format_bytes(report['reserved'])} "
+            f"reserved; 640 MiB: ")
+    outcome = report["640 MiB"]
+    if outcome == "fits":
+        line += "fits"
+    else:
+        unused = re.search(r"[\d.]+ [KMG]?i?B is reserved by PyTorch but unallocated", outcome)
+        line += "out of memory" + (f" ({unused.group(0).strip()})" if unused else "")
+    if "expandable_segments" in report:
+        line += f"; expandable_segments: {report['expandable_segments']}"
+    return line
+
+
 def main() -> dict:
     import torch
 
     assert torch.cuda.is_available(), "this script shows the CUDA allocator: it needs a GPU"
-    dev, MiB = torch.device("cuda", 0), 2**20        # set_per_process_memory_fraction needs the index
-    torch.cuda.set_per_process_memory_fraction(1536 * MiB / torch.cuda.get_device_properties(dev).total_memory, dev)
-    block = torch.empty(1024 * MiB, dtype=torch.uint8, device=dev)
-    del block                                                       # 1 GiB, now cached
-    tensors = [torch.empty(64 * MiB, dtype=torch.uint8, device=dev) for _ in range(16)]
-    kept = tensors[::2]                                             # eight stay; eight 64 MiB holes between them
-    del tensors
-    report = {"allocated_mib": torch.cuda.memory_allocated(dev) / MiB,
-              "reserved_mib": torch.cuda.memory_reserved(dev) / MiB}
-    try:
-        big = torch.empty(640 * MiB, dtype=torch.uint8, device=dev)
-        report["640 MiB"] = "fits"
-        del big
-    except torch.OutOfMemoryError as exc:
-        report["640 MiB"] = "out of memory: " + _oom_figures(str(exc))
+    dev = torch.device("cuda", 0)                    # set_per_process_memory_fraction needs the index
+    torch.cuda.set_per_process_memory_fraction(1536 * MIB / torch.cuda.get_device_properties(dev).total_memory, dev)
+    report = fragment_then_ask(dev, CudaMeter(dev))
     try:                                                            # did the setting take effect?
         report["expandable_segments"] = torch.cuda.memory._snapshot()["allocator_settings"]["expandable_segments"]
     except (KeyError, TypeError, AttributeError, RuntimeError):
         report["expandable_segments"] = "unknown (not in this version's snapshot)"
-    del kept
     print(json.dumps(report))
     return report
 

@@ -361,15 +361,21 @@ class TensorMeter:
 
 
 def meter_for(device):
-    """``CudaMeter(device)`` for a CUDA device, otherwise a new ``TensorMeter()``."""
+    """``CudaMeter(device)`` for a CUDA device, otherwise a new ``TensorMeter()``.
+
+    A ``TensorMeter`` counts the tensors PyTorch creates on any device, so it also stands in on
+    Apple's ``mps`` and Intel's ``xpu`` GPUs, whose allocators the course does not read: it counts
+    tensor storages there, without their allocator's cache or rounding.
+    """
     import torch
 
     device = torch.device(device)
     if device.type == "cuda":
         return CudaMeter(device)
-    if device.type == "cpu":
+    if device.type in ("cpu", "mps", "xpu"):
         return TensorMeter()
-    raise ValueError(f"no memory meter for device type {device.type!r}; use a CUDA device or the CPU.")
+    raise ValueError(f"no memory meter for device type {device.type!r}; use a CUDA, MPS or XPU "
+                     "device or the CPU.")
 
 
 # --------------------------------------------------------------------------- fresh processes
