@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from gpucourse.checks import ep08
 from gpucourse.exercises import ____
 
 from checking import assert_wrong
+from taught import assert_same_function
 
 ROOT = Path(__file__).resolve().parents[1]
 loss_fn = nn.BCEWithLogitsLoss()
@@ -431,32 +431,22 @@ def test_q2_agrees_with_the_measured_pipeline_shape():
 
 # --- the loop shown in the episode is the one the check runs ---------------------------------------
 
-def _defined_in(notebook, name):
-    cells = json.loads((ROOT / notebook).read_text())["cells"]
-    for cell in cells:
-        src = "".join(cell["source"])
-        if cell["cell_type"] == "code" and src.lstrip().startswith(f"def {name}("):
-            return src.strip()
-    raise AssertionError(f"{notebook} has no cell that defines {name}")
-
-
-def test_the_notebooks_show_the_loop_the_check_runs():
-    """The episode shows slow_train as ordinary code (no inspect.getsource); it must be the check's own loop."""
-    import inspect
-
-    source = textwrap.dedent(inspect.getsource(ep08.slow_train))
-    lines = [line for line in source.splitlines() if not line.strip().startswith(("import ", "from "))]
-    checked = "\n".join(lines).replace("\n\n\n", "\n\n").strip()
-    for notebook in ("episodes/08-feeding-the-gpu.ipynb", "solutions/08-feeding-the-gpu.ipynb"):
-        assert _defined_in(notebook, "slow_train") == checked, notebook
+@pytest.mark.parametrize("notebook", ["episodes/08-feeding-the-gpu.ipynb",
+                                      "solutions/08-feeding-the-gpu.ipynb"])
+@pytest.mark.parametrize("name", ["sgd_step", "slow_train"])
+def test_the_notebooks_show_the_loop_the_check_runs(notebook, name):
+    """The episode shows slow_train (and the step it calls) as ordinary code, no
+    inspect.getsource; it must be the check's own loop, docstrings and imports aside."""
+    assert_same_function(notebook, name, getattr(ep08, name))
 
 
 def test_the_capstone_hands_over_no_diagnosis():
     """slow_train's comments, the episode's prose and the stub leave the causes for the profile to show."""
     import inspect
 
-    source = inspect.getsource(ep08.slow_train)
-    assert "#" not in source, "slow_train carries comments; the profile, not the code, should show the causes"
+    source = inspect.getsource(ep08.slow_train) + inspect.getsource(ep08.sgd_step)
+    assert "#" not in source, ("slow_train or sgd_step carries comments; the profile, not the code, "
+                               "should show the causes")
     cells = json.loads((ROOT / "exercises" / "08-feeding-the-gpu.ipynb").read_text())["cells"]
     stub = next("".join(c["source"]) for c in cells if "def fast_train" in "".join(c["source"]))
     for giveaway in ("once", "slice", "per event", "every step", ".item()", "float32 tensor", "X_std"):

@@ -28,27 +28,33 @@ NOTEBOOK = "08-feeding-the-gpu.ipynb"
 
 # --- q1: the capstone, a slow training loop --------------------------------------------------
 
-def slow_train(model, X, y, steps, batch_size, lr=0.05):
-    """`steps` SGD steps on batches of (X, y), NumPy arrays standardised with all of X; returns the losses."""
-    import torch
+def sgd_step(model, optimizer, xb, yb):
+    """One SGD step on the batch (xb, yb); returns the loss, on the device."""
     from torch import nn
+
+    optimizer.zero_grad()
+    loss = nn.functional.binary_cross_entropy_with_logits(model(xb).squeeze(1), yb)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def slow_train(model, X, y, steps, batch_size, lr=0.05):
+    """`steps` SGD steps on batches of the NumPy arrays X (standardised) and y."""
+    import torch
 
     device = next(model.parameters()).device
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    loss_fn = nn.BCEWithLogitsLoss()
-    n_batches = len(X) // batch_size
     losses = []
     for step in range(steps):
         X_std = (X - X.mean(axis=0)) / X.std(axis=0)
-        first = (step % n_batches) * batch_size
+        first = (step % (len(X) // batch_size)) * batch_size
         rows = range(first, first + batch_size)
-        xb = torch.stack([torch.tensor(X_std[i], dtype=torch.float32, device=device) for i in rows])
-        yb = torch.tensor([float(y[i]) for i in rows], dtype=torch.float32, device=device)
-        optimizer.zero_grad()
-        loss = loss_fn(model(xb).squeeze(1), yb)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+        xb = torch.stack([torch.tensor(X_std[i], dtype=torch.float32, device=device)
+                          for i in rows])
+        yb = torch.tensor([float(y[i]) for i in rows], dtype=torch.float32,
+                          device=device)
+        losses.append(sgd_step(model, optimizer, xb, yb).item())
     return losses
 
 
