@@ -47,12 +47,14 @@ def training_step(model, optimizer, x, y, loss_fn):
 
 
 def state_bytes(model, bytes_per_parameter=16):
-    """Weights + gradients + Adam's two moments, in float32: 4 + 4 + 8 bytes per trainable parameter."""
+    """Weights + gradients + Adam's two moments, in float32: 4 + 4 + 8 bytes per
+    trainable parameter."""
     return bytes_per_parameter * sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 def activation_bytes_per_sample(model, sample_shape, bytes_per_number=4):
-    """Every layer's output for one sample, plus the input: roughly what forward keeps for backward."""
+    """Every layer's output for one sample, plus the input: roughly what forward
+    keeps for backward."""
     import torch
 
     sizes = [math.prod(sample_shape)]
@@ -71,14 +73,16 @@ def mlp_parameters(width, depth, n_in=15):
 
 
 def mlp_estimate(width, depth, batch, step_bytes_per_parameter=16, n_in=15):
-    """§1's estimate for make_mlp(n_in, width, depth): the larger of forward/backward (16 bytes per parameter +
-    batch × (input + two outputs per layer + output)) and the optimizer step (no activations left then)."""
+    """§1's estimate for make_mlp(n_in, width, depth): the larger of forward/backward
+    (16 bytes per parameter + batch × (input + two outputs per layer + output)) and
+    the optimizer step (no activations left then)."""
     n = mlp_parameters(width, depth, n_in)
     return max(16 * n + 4 * batch * (n_in + 2 * depth * width + 1), step_bytes_per_parameter * n)
 
 
 def largest(fits, low, high, tolerance=0.0):
-    """The largest n with fits(n), by bisection, given fits(low) and not fits(high); to within tolerance × n."""
+    """The largest n with fits(n), by bisection, given fits(low) and not fits(high);
+    to within tolerance × n."""
     while high - low > max(1, tolerance * low):
         middle = (low + high) // 2
         if fits(middle):
