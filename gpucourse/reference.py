@@ -227,9 +227,11 @@ def show(name: str, unit: str = "") -> None:
         note_none_recorded(name)
     else:
         record, value = ref
-        unit = unit or record["figures"][name].get("unit", "")   # as recorded, if not given
+        # The recorded unit wins: it may name the size the GPU run measured at ("samples in
+        # 1.00 GiB"), which this run's own unit would misstate.
+        unit = record["figures"][name].get("unit") or unit
         print(f"  GPU reference for {name}: {_format(value, unit)} on {record['hardware']['gpu_name']}, "
-              f"measured {record['date']} by make gpu-check.")
+              f"measured {record['date']} in the course's GPU run.")
 
 
 #: Episodes ("ep06") whose missing GPU reference this process has mentioned already.

@@ -353,3 +353,13 @@ def test_plot_recorded_draws_nothing_without_a_gpu_figure(no_records, capsys, ca
     assert len(ax.get_lines()) == 1
     assert capsys.readouterr().out.count(NONE_RECORDED) == 1
     plt.close(fig)
+
+
+def test_a_shown_reference_keeps_the_unit_it_was_recorded_with(no_records, capsys):
+    record = a_record(**{"ep06.batch_found_by_halving": 48182})
+    record["figures"]["ep06.batch_found_by_halving"]["unit"] = "samples in 1.00 GiB"
+    (no_records / "h100.json").write_text(json.dumps(record))
+    reference.show("ep06.batch_found_by_halving", unit="samples in 8.00 MiB")   # this run's size
+    out = capsys.readouterr().out
+    assert "samples in 1.00 GiB" in out and "8.00 MiB" not in out
+    assert "in the course's GPU run" in out and "make gpu-check" not in out
