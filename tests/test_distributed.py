@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -78,6 +79,30 @@ def test_deadline_kills_the_whole_process_group(tmp_path):
     assert not _alive(child), "the worker started by the launched command survived the deadline"
 
 
+def test_a_log_keeps_the_whole_output_and_the_cell_prints_the_lines_asked_for(tmp_path, capsys):
+    talk = "print('[rank 0] backend gloo'); print('noise'); print('[rank 0] backend gloo')"
+    runs = launch_many([[sys.executable, "-c", talk], [sys.executable, "-c", "print('more noise')"]],
+                       timeout=30, labels=["node A", "node B"], log=tmp_path / "run.log", lines="backend")
+    assert all(r.ok for r in runs)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "[rank 0] backend gloo" and len(printed) == 2, printed    # each line once
+    assert re.fullmatch(r"✓ ok after \d+\.\d s \(whole output: .*run\.log\)", printed[1]), printed
+    log = (tmp_path / "run.log").read_text()
+    assert "──── node A:" in log and "noise" in log and "more noise" in log and "exit code 0" in log
+
+
+def test_a_failed_run_with_a_log_prints_its_first_error_in_one_line(tmp_path, capsys):
+    error = ("import sys; print('[rank0]: RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/"
+             "unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation to complete'); sys.exit(1)")
+    run = launch([sys.executable, "-c", error], timeout=30, log=tmp_path / "run.log")
+    assert run.returncode == 1
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("✗ exit code 1 after") and line.endswith(f"(whole output: {tmp_path / 'run.log'})")
+    assert "First error: RuntimeError: Timed out waiting 3000ms for recv operation to complete" in line
+    slow = launch([sys.executable, "-c", "import time; time.sleep(30)"], timeout=2, log=tmp_path / "slow.log")
+    assert slow.timed_out and "killed after the 2 s deadline" in capsys.readouterr().out
+
+
 def test_launch_many_one_deadline():
     runs = launch_many([[sys.executable, "-c", "print(1)"], [sys.executable, "-c", "import time; time.sleep(30)"]],
                        timeout=3, show=False)
@@ -105,11 +130,16 @@ def test_ddp_two_processes_identical_and_equal_to_one(tmp_path):
     assert all(bench[k] > 0 for k in ("step_s", "no_sync_step_s", "weak_step_s"))
 
 
-def test_uneven_bug_times_out_and_fix_runs():
+def test_uneven_bug_times_out_and_fix_runs(tmp_path, capsys):
     bug = launch(torchrun("--standalone", "--nproc-per-node=2", "-m", "gpucourse.distributed.uneven", "--bug",
-                          "--timeout", "2"), timeout=60, show=False)
+                          "--timeout", "2"), timeout=60, log=tmp_path / "hang.log", lines=r"^\[rank \d\] done")
     assert not bug.ok and not bug.timed_out, "the process group's own timeout must end the hang"
     assert "Timed out" in bug.output or "timed out" in bug.output.lower()
+    printed = capsys.readouterr().out.splitlines()    # what episode 9 shows of the hang: two lines
+    assert printed[0].startswith("[rank 1] done after 4 steps") and len(printed) == 2, printed
+    assert re.search(r"^✗ exit code 1 after \d+ s\. First error: RuntimeError: .*[Tt]imed out", printed[1])
+    assert ".cc:" not in printed[1] and str(tmp_path / "hang.log") in printed[1]
+    assert "Traceback" in (tmp_path / "hang.log").read_text()      # the whole output is kept
     fixed = launch(torchrun("--standalone", "--nproc-per-node=2", "-m", "gpucourse.distributed.uneven"),
                    timeout=60, show=False)
     assert fixed.ok and fixed.output.count("passed the final barrier") == 2

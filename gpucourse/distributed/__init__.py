@@ -8,7 +8,8 @@ and the notebook launches them the way one would on a cluster: with ``torchrun``
 (``python -m torch.distributed.run``) or, for TensorFlow, one process per worker.
 
 ``launch`` runs such a command with a deadline, captures its output and prints it when the
-run is over, and stops every process the command started (launcher and workers, in whatever
+run is over (or, given ``log=``, keeps it whole in that file and prints only the lines asked
+for, the outcome and the file's path), and stops every process the command started (launcher and workers, in whatever
 session they are: torchrun puts each worker in one of its own) when it returns; when one of several commands started together fails, the others are stopped at
 once rather than left waiting for it. ``free_port`` and ``free_ports`` ask the operating system for TCP ports nobody
 is using, so that runs in parallel (two test workers, two learners on one machine) do not
@@ -205,7 +206,8 @@ def track(proc: subprocess.Popen) -> subprocess.Popen:
 
 
 def launch_many(commands: list, timeout: float, env: dict | list | None = None, show: bool = True,
-                labels: list | None = None, retry: bool | object = True) -> list:
+                labels: list | None = None, retry: bool | object = True, log: str | os.PathLike | None = None,
+                lines: str | None = None) -> list:
     """Start several commands at once (e.g. two "nodes"), wait for all, with one deadline.
 
     Every command runs in a session of its own; when they have all finished, or at the deadline,
@@ -230,6 +232,12 @@ def launch_many(commands: list, timeout: float, env: dict | list | None = None, 
         deadline. A callable is called first and returns ``(commands, env)`` for that second
         try, e.g. with new ports; True reruns the same commands (right for ``--standalone``
         torchrun, which picks its own port).
+    log : str or path-like, optional
+        Write every command's whole output to this file (under its label) and print, instead
+        of the output, only the lines that ``lines`` matches and one line with the outcome
+        and the file's path: a notebook shows what matters, the log keeps the rest.
+    lines : str, optional
+        A regular expression; with ``log``, the output lines it matches are printed, each once.
 
     Returns
     -------
@@ -245,16 +253,20 @@ def launch_many(commands: list, timeout: float, env: dict | list | None = None, 
             commands, env = retry()
         runs = run_with_deadline(commands, env, start + timeout)
     labels = labels or [" ".join(map(str, c[:1] + c[-3:])) for c in commands]
-    for run, label in zip(runs, labels):
+    for run in runs:
         run.seconds = time.perf_counter() - start
+    if log is not None:
+        _write_log(log, runs, labels)
+        if show:
+            _print_short(runs, labels, timeout, log, lines)
+        return runs
+    for run, label in zip(runs, labels):
         if show:
             if len(commands) > 1:
                 print(f"──── {label} ────")
             print(run.output.rstrip())
             if run.timed_out:
-                print(f"✗ killed after the {timeout:g} s deadline (all its processes were stopped). A run that "
-                      "stops making progress usually waits for a partner: a worker or node that never started, "
-                      "a port another program holds, or a collective that one rank never reaches.")
+                print(TIMED_OUT.format(timeout=timeout))
             elif run.returncode == STOPPED:
                 print("✗ stopped because another command of this run failed (see its output).")
             elif not run.ok:
@@ -265,21 +277,61 @@ def launch_many(commands: list, timeout: float, env: dict | list | None = None, 
 
 STOPPED = -999    # the return code of a command stopped because another command of the same run failed
 
+TIMED_OUT = ("✗ killed after the {timeout:g} s deadline (all its processes were stopped). A run that "
+             "stops making progress usually waits for a partner: a worker or node that never started, "
+             "a port another program holds, or a collective that one rank never reaches.")
+
+
+def _write_log(log, runs: list, labels: list) -> None:
+    """Every command's whole output, under its label, in one file."""
+    with open(log, "w", encoding="utf-8") as fh:
+        for run, label in zip(runs, labels):
+            fh.write(f"──── {label}: {' '.join(run.command)}\n{run.output.rstrip()}\n"
+                     f"──── exit code {run.returncode}\n")
+
+
+def _print_short(runs: list, labels: list, timeout: float, log, lines: str | None) -> None:
+    """The matching lines (each once), then one line: the outcome and where the log is."""
+    if lines:
+        pattern = re.compile(lines)
+        found = [line for run in runs for line in run.output.splitlines() if pattern.search(line)]
+        for line in dict.fromkeys(found):
+            print(line)
+    seconds = max(run.seconds for run in runs)
+    failed = [(run, label) for run, label in zip(runs, labels) if not run.ok]
+    if not failed:
+        print(f"✓ ok after {seconds:.1f} s (whole output: {log})")
+    for run, label in failed:
+        who = f"{label}: " if len(runs) > 1 else ""
+        if run.timed_out:
+            print(f"{who}{TIMED_OUT.format(timeout=timeout)} (whole output: {log})")
+        elif run.returncode == STOPPED:
+            print(f"{who}✗ stopped because another command of this run failed.")
+        else:
+            error = first_error(run.output)
+            print(f"{who}✗ exit code {run.returncode} after {seconds:.0f} s."
+                  + (f" First error: {error}" if error else "") + f" (whole output: {log})")
+
+
 _ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?(?:[\w.-]+\.py: )?"            # "[rank1]: ", "prog.py: "
                          r"((?:[\w.]+(?:Error|Exception)|[\w.]*error)(?::\s.*|$))")   # "ValueError: ...", "error: ..."
 _NOT_THE_CAUSE = ("ChildFailedError", "SignalException")
+#: "[/__w/pytorch/pytorch/third_party/gloo/.../unbound_buffer.cc:78] ": where in C++ the error was
+#: raised, which says nothing to the reader of a Python error.
+_SOURCE_LOCATION = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|cu|h|hpp):\d+\] ")
 
 
 def first_error(output: str) -> str | None:
     """The first line of ``output`` that names an error (``ValueError: ...``, ``error: ...``), if any.
 
     The root cause comes first: torchrun's own ``ChildFailedError`` report and the errors of the
-    workers it then stopped come after it.
+    workers it then stopped come after it. The C++ source location some errors carry (Gloo's
+    ``[.../unbound_buffer.cc:78]``) is left out.
     """
     for line in output.splitlines():
         m = _ERROR_LINE.match(line.strip())
         if m and not any(skip in line for skip in _NOT_THE_CAUSE):
-            return m.group(1).strip()
+            return _SOURCE_LOCATION.sub("", m.group(1)).strip()
     return None
 
 
@@ -315,9 +367,10 @@ def run_with_deadline(commands: list, env, deadline: float) -> list:
     return runs
 
 
-def launch(command: list, timeout: float, env: dict | None = None, show: bool = True, retry=True) -> Run:
+def launch(command: list, timeout: float, env: dict | None = None, show: bool = True, retry=True,
+           log: str | os.PathLike | None = None, lines: str | None = None) -> Run:
     """Run one command with a deadline; see ``launch_many``."""
-    return launch_many([command], timeout, env=env, show=show, retry=retry)[0]
+    return launch_many([command], timeout, env=env, show=show, retry=retry, log=log, lines=lines)[0]
 
 
 def torchrun(*args) -> list:

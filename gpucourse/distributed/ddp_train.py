@@ -104,7 +104,8 @@ def main(argv=None) -> None:
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local_rank, local_world_size = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     # >>> 1. one device per process, then join the others   (single process: the device only)
-    device, backend = pick_device(local_rank, local_world_size)   # cuda:LOCAL_RANK + nccl, or cpu + gloo
+    # cuda:LOCAL_RANK and nccl, or the CPU and gloo
+    device, backend = pick_device(local_rank, local_world_size)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout),
@@ -122,11 +123,12 @@ def train(args, rank: int, world_size: int, device: torch.device) -> None:
     per_rank = args.global_batch // world_size
     data = make_data(args.samples)
     # >>> 2. each process its own shard of every global batch   (single process: DataLoader(shuffle=True))
-    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0, drop_last=True)
+    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True,
+                                 seed=0, drop_last=True)
     loader = DataLoader(data, batch_size=per_rank, sampler=sampler, drop_last=True)
     # <<<
     model = make_model(data.tensors[0].shape[1], args.width).to(device)
-    # >>> 3. wrap the model: rank 0's weights to all, gradients averaged in backward()   (single process: no wrap)
+    # >>> 3. wrap the model: rank 0's weights to all, gradients averaged   (single process: no wrap)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     # <<<
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
@@ -135,7 +137,7 @@ def train(args, rank: int, world_size: int, device: torch.device) -> None:
         print(f"[rank 0] {world_size} process(es), backend {dist.get_backend()}, device {device}; "
               f"global batch {args.global_batch} = {per_rank} per process × {world_size}", flush=True)
     for epoch in range(args.epochs):
-        # >>> 4. a new shuffle each epoch, the same in every process   (single process: the DataLoader does it)
+        # >>> 4. a new shuffle each epoch, the same in every process   (single process: DataLoader does it)
         sampler.set_epoch(epoch)
         # <<<
         total = torch.zeros(2, device=device)
@@ -157,10 +159,11 @@ def train(args, rank: int, world_size: int, device: torch.device) -> None:
           end="", flush=True)   # one write per line: the ranks share the output
     # >>> 5. one checkpoint, from rank 0: the copies are identical   (single process: save, no rank test)
     if rank == 0:
-        checkpoint = {"model": ddp.module.state_dict(), "optimizer": optimizer.state_dict(),   # not ddp.state_dict()
-                      "epochs": args.epochs, "world_size": world_size, "global_batch": args.global_batch}
+        checkpoint = {"model": ddp.module.state_dict(),          # not ddp.state_dict()
+                      "optimizer": optimizer.state_dict(), "epochs": args.epochs,
+                      "world_size": world_size, "global_batch": args.global_batch}
         save_atomic(lambda f: torch.save(checkpoint, f), args.out / "checkpoint.pt")
-    dist.barrier()                        # nobody leaves before the checkpoint is written
+    dist.barrier()                   # nobody leaves before the checkpoint is written
     # <<<
     if args.bench_steps:
         bench(args, rank, world_size, device, ddp, optimizer, loss_fn, per_rank, data)

@@ -62,9 +62,10 @@ def main(argv=None) -> None:
     import numpy as np
 
     # >>> 1. the cluster and this worker's place in it   (one process: no TF_CONFIG, no strategy)
-    config = json.loads(os.environ.get("TF_CONFIG", "{}"))   # {"cluster": {"worker": [...]}, "task": {"index": i}}
-    with explain_port_clash(tf, config):
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()   # reads TF_CONFIG, meets the other workers
+    # TF_CONFIG: {"cluster": {"worker": [addresses]}, "task": {"index": i, ...}}
+    config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+    with explain_port_clash(tf, config):     # reads TF_CONFIG, meets the other workers
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
     # <<<
     index, workers = config.get("task", {}).get("index", 0), strategy.num_replicas_in_sync
     print(f"[worker {index}] {workers} replicas in sync", flush=True)
@@ -75,17 +76,20 @@ def main(argv=None) -> None:
     y = ((X @ w + 0.5 * rng.standard_normal(args.samples)) > 0).astype("float32")
     # >>> 2. every worker its own shard of each global batch   (one process: the dataset as it is)
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    dataset = (tf.data.Dataset.from_tensor_slices((X, y)).batch(args.global_batch, drop_remainder=True)
-               .with_options(options))
+    shard = tf.data.experimental.AutoShardPolicy.DATA     # each worker every N-th sample
+    options.experimental_distribute.auto_shard_policy = shard
+    dataset = (tf.data.Dataset.from_tensor_slices((X, y))
+               .batch(args.global_batch, drop_remainder=True).with_options(options))
     dist_dataset = strategy.experimental_distribute_dataset(dataset)
     # <<<
 
-    # >>> 3. build inside the scope: model and optimiser variables are mirrored   (one process: no scope)
+    # >>> 3. build inside the scope: the variables are mirrored   (one process: no scope)
     with strategy.scope():
         keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu"),
-                                  keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+        model = keras.Sequential([keras.Input((16,)),
+                                  keras.layers.Dense(64, activation="relu"),
+                                  keras.layers.Dense(64, activation="relu"),
+                                  keras.layers.Dense(1)])
         optimizer = keras.optimizers.SGD(learning_rate=args.lr, momentum=0.9)
         loss_obj = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
     # <<<
@@ -93,8 +97,9 @@ def main(argv=None) -> None:
     def replica_step(xb, yb):
         with tf.GradientTape() as tape:
             per_sample = loss_obj(tf.expand_dims(yb, 1), model(xb, training=True))
-            # >>> 4. divide by the GLOBAL batch: summed over replicas, that is the mean   (one process: the batch mean)
-            loss = tf.nn.compute_average_loss(per_sample, global_batch_size=args.global_batch)
+            # >>> 4. divide by the GLOBAL batch: summed over replicas, the mean   (one process: the mean)
+            loss = tf.nn.compute_average_loss(per_sample,
+                                              global_batch_size=args.global_batch)
             # <<<
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))   # all-reduces the gradients

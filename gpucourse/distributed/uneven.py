@@ -28,13 +28,13 @@ def main(argv=None) -> None:
     rank = dist.get_rank()
     try:
         # >>> 1. uneven shards: with --bug, rank 0 calls all_reduce once more than rank 1
-        n_batches = 5 if rank == 0 else 4                  # 9 batches do not split evenly over 2 ranks
+        n_batches = 5 if rank == 0 else 4       # 9 batches do not split evenly over 2 ranks
         steps = torch.tensor(n_batches)
-        if not args.bug:
-            dist.all_reduce(steps, op=dist.ReduceOp.MIN)   # the fix: every rank takes the smallest shard's count
+        if not args.bug:                        # the fix: every rank takes the smallest count
+            dist.all_reduce(steps, op=dist.ReduceOp.MIN)
         for step in range(int(steps)):
             grad = torch.full((3,), float(rank + 1))
-            dist.all_reduce(grad)                          # every rank must get here, each step
+            dist.all_reduce(grad)               # every rank must get here, each step
         # <<<
         print(f"[rank {rank}] done after {int(steps)} steps; summed gradient {grad.tolist()}\n", end="", flush=True)
         dist.barrier()                                     # wait for the others before leaving (a collective too)
