@@ -25,6 +25,13 @@ SHELL = ("bash", "sh", "console", "", "text")
 # Python in markdown fences that is not the lesson's runnable code, and why it cannot be a cell.
 # Key: (episode number, the fence's language, a phrase of its lines).
 ALLOWED_FENCES = {
+    ("09", "python", "# 1. one device per process, then join the others"): (
+        "key lines of gpucourse/distributed/ddp_train.py, which runs in torchrun's worker "
+        "processes; tests/test_taught_ep09.py keeps the listing equal to the script"),
+    ("09", "python", "# 1. uneven shards"): (
+        "key lines of gpucourse/distributed/uneven.py (torchrun's workers; same test)"),
+    ("09", "python", "# 1. the cluster and this worker's place in it"): (
+        "key lines of gpucourse/distributed/tf_multiworker.py (TensorFlow's workers; same test)"),
     ("04", "python", "# ← no Flatten before Dense"): (
         "a published tutorial's listing, broken on purpose, that the episode repairs; "
         "tests/test_taught_ep04.py checks that it cannot run (SyntaxError)"),
