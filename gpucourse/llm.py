@@ -372,8 +372,45 @@ def model_bytes(model) -> int:
 
 
 def cache_bytes(cache) -> int:
-    """Bytes of the keys and values a transformers cache holds, added up layer by layer."""
-    return sum(tensor_bytes(layer.keys) + tensor_bytes(layer.values) for layer in cache.layers)
+    """Bytes of the keys and values a transformers cache holds, added up layer by layer.
+
+    Episode 10 writes this function out in a cell (tests/test_taught_ep10.py keeps the two
+    equal); later cells and the exercises' checks call it from here.
+    """
+    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+
+
+_LAYER = re.compile(r"(?P<stack>.+\.layers)\.(?P<index>\d+)")
+
+
+def device_map_lines(device_map: dict) -> list[str]:
+    """One line per device of an accelerate ``device_map``, consecutive layers as one range.
+
+    ``{"model.embed_tokens": 0, "model.layers.0": 0, ..., "lm_head": 1}`` gives
+    ``["cuda:0 ← model.embed_tokens, model.layers.0-15", "cuda:1 ← model.layers.16-31, …"]``.
+    Integer devices are CUDA GPUs (accelerate's convention); "cpu" and "disk" stay as named.
+    """
+    grouped: dict = {}
+    for name, where in device_map.items():
+        grouped.setdefault(where, []).append(name)
+    lines = []
+    for where, names in grouped.items():
+        parts: list = []              # module names, or [stack, first, last] for a run of layers
+        for name in names:
+            layer = _LAYER.fullmatch(name)
+            if (layer and parts and isinstance(parts[-1], list) and parts[-1][0] == layer["stack"]
+                    and parts[-1][2] + 1 == int(layer["index"])):
+                parts[-1][2] += 1
+            elif layer:
+                parts.append([layer["stack"], int(layer["index"]), int(layer["index"])])
+            else:
+                parts.append(name or "the whole model")     # "" is the root module
+        shown = [part if isinstance(part, str) else
+                 f"{part[0]}.{part[1]}" + (f"-{part[2]}" if part[2] > part[1] else "")
+                 for part in parts]
+        label = f"cuda:{where}" if isinstance(where, int) else str(where)
+        lines.append(f"{label} ← {', '.join(shown)}")
+    return lines
 
 
 # --- Attention: which implementation, and why a backend cannot run ---------------------------
@@ -620,4 +657,4 @@ __all__ = ["REPO_ID", "REVISION", "LICENCE", "SMOLLM2_135M", "CONFIGS", "FIT_GPU
            "register_repeat_kv", "attention_implementation", "prefill_backend",
            "does_not_fit", "strip_trigger", "reason_after_header", "sdpa_backend_problem",
            "gpus", "import_libraries", "llama_config", "count_parameters", "load_model", "encode",
-           "tensor_bytes", "model_bytes", "cache_bytes", "lora_model", "bitsandbytes_status"]
+           "tensor_bytes", "model_bytes", "cache_bytes", "device_map_lines", "lora_model", "bitsandbytes_status"]

@@ -1,0 +1,206 @@
+"""Episode 10's taught line, its sizes, its two-GPU answer and its cells on every device.
+
+The KV-cache measurement is written in a cell (``cache_bytes``: the bytes of the keys and values
+each layer of transformers' cache holds); later cells and the exercises' checks call
+``llm.cache_bytes``, and the two must stay the same code. The device-map cells plan Llama 2 7B
+across two T4s on the meta device, with no GPU. The first screen runs with Apple's and Intel's
+GPUs faked (``fakecuda.fake_backend``) and under the fake CUDA runtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+
+import pytest
+import torch
+
+from gpucourse import fakecuda, feasibility, llm, reference, settings
+from taught import ROOT, assert_same_function, cells_calling, code_cells
+
+EPISODE = "episodes/10-language-model.ipynb"
+
+
+def cells() -> list[dict]:
+    return json.loads((ROOT / EPISODE).read_text(encoding="utf-8"))["cells"]
+
+
+def cell(marker: str) -> str:
+    """The one code cell of episode 10 that contains ``marker``."""
+    found = [source for source in code_cells(EPISODE) if marker in source]
+    assert len(found) == 1, f"{len(found)} code cells of {EPISODE} contain {marker!r}"
+    return found[0]
+
+
+def run(markers, namespace: dict | None = None) -> tuple[dict, str]:
+    """Execute the cells named by ``markers``, in order, in one namespace; return it and stdout."""
+    namespace = {} if namespace is None else namespace
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for marker in markers:
+            exec(compile(cell(marker), f"{EPISODE}:{marker}", "exec"), namespace)
+    return namespace, out.getvalue()
+
+
+FIRST_SCREEN = ["import torch.nn.functional as F", "print(llm.import_libraries())",
+                "course_device.pick_device()", 'settings.sizes("ep10"', "def weight_dtype("]
+
+
+@pytest.fixture
+def full_size(monkeypatch):
+    """Sizes as a learner gets them: not the test suite's quick mode."""
+    monkeypatch.delenv("GPUCOURSE_QUICK", raising=False)
+
+
+# --------------------------------------------------------------------------- the KV cache, taught
+
+def test_the_cache_measurement_is_written_in_a_cell_and_is_llms_helper():
+    assert_same_function(EPISODE, "cache_bytes", llm.cache_bytes)
+    taught = cell("def cache_bytes(")
+    assert "cache.layers" in taught and "layer.keys" in taught and "layer.values" in taught
+
+
+def test_the_prefill_rows_are_measured_with_the_taught_function():
+    source = cell("def prefill_cache_bytes(")
+    assert re.search(r"return cache_bytes\(cache\)", source)
+    assert "llm.cache_bytes" not in source
+
+
+def test_the_cell_and_the_helper_measure_a_real_cache_as_the_formula_says():
+    ns, _ = run(["def cache_bytes("], {"torch": torch})
+    config = llm.llama_config("SmolLM2-135M", num_hidden_layers=2)
+    llm.import_libraries()
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        cache = model(torch.randint(0, 100, (3, 5)), use_cache=True).past_key_values
+    formula = 2 * 2 * config.num_key_value_heads * config.head_dim * 4 * 5 * 3
+    assert ns["cache_bytes"](cache) == llm.cache_bytes(cache) == formula
+
+
+# --------------------------------------------------------------------------- sizes
+
+def test_the_sizes_come_from_the_episodes_file_and_no_mode_table_is_left():
+    table = json.loads((settings.SIZES_DIR / "ep10.json").read_text(encoding="utf-8"))
+    assert set(table) == set(settings.MODES)
+    keys = {mode: set(row) for mode, row in table.items()}
+    assert keys["full"] == keys["reduced"] == keys["quick"]
+    assert feasibility.full_sizes(ROOT / EPISODE)["SIZES"] == table["full"]
+    assert not any(re.search(r"\}\s*\[MODE\]", source) for source in code_cells(EPISODE))
+
+
+# --------------------------------------------------------------------------- every device
+
+def test_the_device_is_chosen_as_episode_2_teaches():
+    chosen = cells_calling(EPISODE, "course_device.pick_device")
+    assert len(chosen) == 1 and "print(course_device.describe_choice(device))" in chosen[0]
+    assert not re.search(r"torch\.device\(\s*[\"']cuda[\"']\s*if", "\n".join(code_cells(EPISODE)))
+
+
+@pytest.mark.parametrize("kind, name", [("mps", "Apple GPU (MPS)"), ("xpu", "Intel(R) Arc(TM) A770")])
+def test_apple_and_intel_gpus_are_chosen_with_16_bit_weights(kind, name, full_size, monkeypatch):
+    monkeypatch.setattr(torch.xpu, "get_device_name", lambda device=None: "Intel(R) Arc(TM) A770")
+    with fakecuda.fake_backend(kind):
+        ns, out = run(FIRST_SCREEN)
+    assert ns["device"].type == kind and ns["gpu_name"] == name
+    assert f"device: {kind} (" in out and ns["SIZES"].describe() in out
+    assert ns["dtype"] == torch.float16
+
+
+@pytest.mark.parametrize("gpu, dtype", [("T4", torch.float16), ("H100", torch.bfloat16)])
+def test_nvidia_gpus_get_bfloat16_only_where_they_run_it_natively(gpu, dtype, full_size):
+    with fakecuda.fake_gpu(gpu, nvidia_smi=False, children=False):
+        ns, out = run(FIRST_SCREEN)
+        assert ns["device"] == torch.device("cuda:0") and ns["dtype"] == dtype
+    assert ns["SIZES"].mode == "full" and ns["SIZES"]["layers"] is None
+    assert out.count("device: cuda:0 (") == 1
+
+
+def test_the_cpu_keeps_float32_and_the_reduced_sizes(full_size):
+    ns, out = run(FIRST_SCREEN)
+    assert ns["device"] == torch.device("cpu") and ns["gpu_name"] is None
+    assert ns["dtype"] == torch.float32 and ns["SIZES"].mode == "reduced"
+    assert "device: cpu" in out
+
+
+def test_cuda_only_parts_say_so_or_take_another_way_elsewhere():
+    assert cell("reference.gpu_model(gpu_name)").startswith('if device.type == "cuda":')
+    assert 'llm.bitsandbytes_status(device.type == "cuda")' in cell("bitsandbytes_status")
+    # float8 tensors do not exist on MPS: the FP8 cache is rounded on the CPU there
+    assert 'rounding = "cpu" if device.type == "mps" else device' in cell("def next_logits(")
+    probes = cell("probed = [SDPBackend.MATH")
+    assert 'if device.type not in ("cuda", "cpu"):' in probes
+    assert cell("repeated = attention_peak(").startswith("if fused:")
+
+
+# --------------------------------------------------------------------------- two GPUs
+
+def plan_namespace() -> tuple[dict, str]:
+    return run(["with torch.device(\"meta\"):", "infer_auto_device_map(llama_7b",
+                "first = device_map["], {"torch": torch, "llm": llm, "logging": __import__("logging")})
+
+
+def test_llama_7b_is_planned_across_two_t4s_without_a_gpu():
+    ns, out = plan_namespace()
+    plan = ns["device_map"]
+    assert plan["model.embed_tokens"] == 0 and plan["lm_head"] == 1
+    layers = [plan[f"model.layers.{i}"] for i in range(32)]
+    assert layers == sorted(layers) and set(layers) == {0, 1}        # one cut, in order
+    lines = out.splitlines()
+    assert lines[1].startswith("cuda:0 ← model.embed_tokens, model.layers.0-")
+    assert lines[2].startswith("cuda:1 ← model.layers.") and lines[2].endswith("lm_head")
+    assert "ids.to(model.device), which is cuda:0 here" in out
+    assert "made on cuda:1" in out
+    assert "is not available" not in out
+
+
+def test_the_plan_is_printed_in_a_few_lines():
+    ns, out = plan_namespace()
+    assert len(llm.device_map_lines(ns["device_map"])) == 2 and len(out.splitlines()) <= 5
+
+
+def test_device_map_lines_joins_consecutive_layers_only():
+    plan = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 0,
+            "model.layers.3": 0, "model.layers.4": 1, "lm_head": "cpu"}
+    assert llm.device_map_lines(plan) == [
+        "cuda:0 ← model.embed_tokens, model.layers.0-1, model.layers.3",
+        "cuda:1 ← model.layers.4", "cpu ← lm_head"]
+    assert llm.device_map_lines({"": 0}) == ["cuda:0 ← the whole model"]
+
+
+def test_the_two_gpu_run_sends_inputs_to_the_models_device_and_says_when_it_cannot_run():
+    source = cell("dispatch_model(")
+    assert source.startswith("if torch.cuda.device_count() >= 2:")
+    assert "device=split.device" in source and "split.hf_device_map" in source
+    assert '"cuda"' not in source
+    _, out = run(["dispatch_model("], {"torch": torch})
+    assert out == "0 CUDA GPU(s): the map above is a plan, no run\n"
+
+
+# --------------------------------------------------------------------------- predict, then reveal
+
+def test_the_prediction_comes_before_the_attention_peaks_and_its_answer_after_them():
+    kinds = [(c["cell_type"], "".join(c["source"])) for c in cells()]
+    asks = [i for i, (kind, text) in enumerate(kinds)
+            if kind == "markdown" and re.search(r"^\*\*Predict:\*\* ", text, re.M)]
+    answers = [i for i, (kind, text) in enumerate(kinds)
+               if kind == "markdown" and text.startswith("<details><summary>Answer")]
+    assert len(asks) == 1 and len(answers) == 1 and asks[0] < answers[0]
+    between = kinds[asks[0] + 1: answers[0]]
+    assert between and all(kind == "code" for kind, _ in between)
+    assert any("attention_peak(call, kernel" in text for _, text in between)
+    assert any('"ep10.sdpa_math_peak_growth"' in text for _, text in between)
+    assert kinds[answers[0]][1].rstrip().endswith("</details>")
+
+
+def test_the_answer_quotes_the_course_record_as_the_notebook_prints_it():
+    answer = next("".join(c["source"]) for c in cells()
+                  if "".join(c["source"]).startswith("<details><summary>Answer"))
+    record, growth = reference.gpu_reference("ep10.sdpa_math_peak_growth")
+    assert f"**{growth:.3g} ×**" in answer              # as key_figure prints it: 3.95 ×
+    gpu = record["hardware"]["gpu_name"]
+    assert f"recorded on an {gpu} (course record, {record['date']})" in answer.replace("\n", " ")
