@@ -494,7 +494,7 @@ def _ep08(sizes, gpu, torch_version, notebook):
 def _ep10(sizes, gpu, torch_version, notebook):
     """SmolLM2-135M: the KV-cache grid and time to first token (prefill; attention backend from
     :func:`prefill_backend`), decoding batches, §4's forced math attention, and the float32
-    full and LoRA fine-tuning steps. The 16-bit model of cell 6 stays resident throughout."""
+    full and LoRA fine-tuning steps. The 16-bit model loaded first stays resident throughout."""
     s, cfg = sizes["SIZES"], SMOLLM2
     capability = tuple(gpu["compute_capability"])
     dtype = "bfloat16" if feature_available("bf16_hardware", capability) else "float16"
@@ -517,7 +517,7 @@ def _ep10(sizes, gpu, torch_version, notebook):
                  resident + 3 * heads * n * head_dim * 2
                  + sdpa_peak_bytes(1, heads, heads, n, head_dim, 2, "math"))
              for n in s["attention"]]
-    student = 4 * params                          # the float32 model LoRA trains (cell 32)
+    student = 4 * params                          # the float32 model LoRA trains
     train_backend = sdpa_backend(capability, torch_version, "float32", grouped=True)
     rows += [Row("10", "def step_peak", f"full fine-tuning, batch 4 × {s['seq']}, "
                  f"{train_backend}", resident + student + 4 * params
