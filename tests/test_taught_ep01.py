@@ -7,7 +7,6 @@ a GPU is faked at torch's C layer (``fakecuda``), which chooses devices but runs
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 import time
@@ -17,37 +16,22 @@ import pytest
 import torch
 
 from gpucourse import fakecuda, reference, timing
-from taught import ROOT, cells_calling
+import taught
+from taught import cells_calling, code_cells, prediction
 
 EPISODE = "episodes/01-what-is-a-gpu.ipynb"
 
 
-def cells() -> list[dict]:
-    return json.loads((ROOT / EPISODE).read_text(encoding="utf-8"))["cells"]
-
-
 def code_cell(marker: str) -> str:
-    """The one code cell of the episode whose source contains ``marker``."""
-    found = ["".join(c["source"]) for c in cells()
-             if c["cell_type"] == "code" and marker in "".join(c["source"])]
-    assert len(found) == 1, f"{EPISODE}: {len(found)} code cells contain {marker!r}, expected one"
-    return found[0]
+    return taught.code_cell(EPISODE, marker)
 
 
 def first_screen() -> list[str]:
-    """The code cells from the imports to the sizes, as a learner runs them first."""
-    sources = [("".join(c["source"]), c["metadata"].get("tags", [])) for c in cells()
-               if c["cell_type"] == "code"]
-    sources = [source for source, tags in sources if "colab-setup" not in tags]
-    last = next(i for i, source in enumerate(sources) if "settings.sizes(" in source)
-    return sources[: last + 1]
+    return taught.first_screen(EPISODE)
 
 
 def run(sources: list[str], namespace: dict | None = None) -> dict:
-    namespace = {} if namespace is None else namespace
-    for source in sources:
-        exec(compile(source, EPISODE, "exec"), namespace)
-    return namespace
+    return taught.run_cells(EPISODE, sources, namespace)
 
 
 @pytest.fixture
@@ -62,8 +46,7 @@ def full_size(monkeypatch):
 def test_the_device_is_chosen_as_episode_2_teaches():
     chosen = cells_calling(EPISODE, "course_device.pick_device")
     assert len(chosen) == 1 and "print(course_device.describe_choice(device))" in chosen[0]
-    assert not re.search(r"torch\.device\(\s*[\"']cuda[\"']\s*if", "\n".join(
-        "".join(c["source"]) for c in cells() if c["cell_type"] == "code"))
+    assert not re.search(r"torch\.device\(\s*[\"']cuda[\"']\s*if", "\n".join(code_cells(EPISODE)))
 
 
 def test_apples_gpu_is_compared_with_the_cpu_at_full_size(full_size, capsys):
@@ -190,22 +173,13 @@ def test_the_crossover_is_the_first_size_from_which_the_gpu_stays_faster(full_si
 # --------------------------------------------------------------------------- predict, then reveal
 
 def test_the_prediction_comes_before_the_sweep_and_its_answer_after_it():
-    kinds = [(c["cell_type"], "".join(c["source"])) for c in cells()]
-    asks = [i for i, (kind, text) in enumerate(kinds)
-            if kind == "markdown" and re.search(r"^\*\*Predict:\*\* ", text, re.M)]
-    answers = [i for i, (kind, text) in enumerate(kinds)
-               if kind == "markdown" and text.startswith("<details><summary>Answer")]
-    assert len(asks) == 1 and len(answers) == 1 and asks[0] < answers[0]
-    between = kinds[asks[0] + 1: answers[0]]
-    assert between and all(kind == "code" for kind, _ in between)
-    assert any("matmul_sweep(" in text for _, text in between)
-    assert any('"ep01.crossover_n"' in text for _, text in between)
-    assert kinds[answers[0]][1].rstrip().endswith("</details>")
+    between, _ = prediction(EPISODE)
+    assert any("matmul_sweep(" in text for text in between)
+    assert any('"ep01.crossover_n"' in text for text in between)
 
 
 def test_the_answer_quotes_the_course_record_as_the_notebook_prints_it():
-    answer = next("".join(c["source"]) for c in cells()
-                  if "".join(c["source"]).startswith("<details><summary>Answer"))
+    _, answer = prediction(EPISODE)
     record, crossover = reference.gpu_reference("ep01.crossover_n")
     gpu = record["hardware"]["gpu_name"]
     assert f"n = {crossover}**" in answer

@@ -7,36 +7,25 @@ and ROCm cells give the right answer on this build, on a faked GPU and on a fake
 
 from __future__ import annotations
 
-import contextlib
-import io
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from gpucourse import device as course_device, fakecuda
-from taught import assert_same_function, code_cells
+from taught import assert_same_function, code_cell, run_printed
 
 EPISODE_2 = "episodes/02-finding-your-gpu.ipynb"
-CELLS = code_cells(EPISODE_2)
 
 
 def cell_with(text: str) -> str:
-    """The one code cell of episode 2 that contains ``text``."""
-    found = [c for c in CELLS if text in c]
-    assert len(found) == 1, f"{len(found)} cells of {EPISODE_2} contain {text!r}"
-    return found[0]
+    return code_cell(EPISODE_2, text)
 
 
-def run(*sources: str, **names) -> tuple[dict, str]:
+def run(*sources: str) -> tuple[dict, str]:
     """Execute cells in one namespace (torch and the course helper imported); return it and
     what they printed."""
-    namespace = {"torch": torch, "course_device": course_device, **names}
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        for source in sources:
-            exec(compile(source, EPISODE_2, "exec"), namespace)
-    return namespace, out.getvalue()
+    return run_printed(EPISODE_2, sources, {"torch": torch, "course_device": course_device})
 
 
 # --------------------------------------------------------------------------- the backend probe

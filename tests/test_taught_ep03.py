@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import io
 import json
 import re
 import sys
@@ -19,31 +18,20 @@ from sklearn import metrics
 from gpucourse import device as course_device, reference, settings, xgb
 from gpucourse.fakecuda import fake_backend, fake_gpu
 from gpucourse.timing import crossover
-from taught import ROOT, assert_same_function, cells_calling, code_cells
+import taught
+from taught import ROOT, assert_same_function, cells_calling, code_cells, prediction
 
 EPISODE = "episodes/03-pytorch-classifier.ipynb"
 RECORD = ROOT / "gpucourse" / "references" / "nvidia-h100-80gb-hbm3.json"
 
 
 def _cell(marker: str) -> str:
-    """The one code cell of the episode that contains ``marker``."""
-    found = [source for source in code_cells(EPISODE) if marker in source]
-    assert len(found) == 1, f"{EPISODE}: {len(found)} code cells contain {marker!r}, expected one"
-    return found[0]
+    return taught.code_cell(EPISODE, marker)
 
 
-def _markdown() -> list[str]:
-    cells = json.loads((ROOT / EPISODE).read_text(encoding="utf-8"))["cells"]
-    return ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
-
-
-def _run(sources, namespace) -> list[str]:
-    """Execute cells in ``namespace``; the lines they printed."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        for source in sources:
-            exec(compile(source, EPISODE, "exec"), namespace)
-    return out.getvalue().splitlines()
+def _run(markers, namespace) -> list[str]:
+    """Execute the cells holding ``markers`` in ``namespace``; the lines they printed."""
+    return taught.run_marked(EPISODE, markers, namespace)[1].splitlines()
 
 
 def _record() -> dict:
@@ -69,7 +57,7 @@ def test_the_timed_fit_trains_the_lessons_own_function():
 def test_cell_and_helper_build_the_same_classifier(device):
     pytest.importorskip("xgboost")
     namespace: dict = {}
-    _run([_cell("def boosted_trees(")], namespace)
+    _run(["def boosted_trees("], namespace)
     from_cell = namespace["boosted_trees"](device, 7, seed=3).get_params()
     assert from_cell == xgb.boosted_trees(device, 7, seed=3).get_params()
     assert (from_cell["device"], from_cell["n_estimators"], from_cell["tree_method"]) == (
@@ -85,8 +73,7 @@ def _xgboost_cells(device, prints_auc=True):
     namespace = {"X_train": X[:300], "y_train": y[:300], "X_test": X[300:], "y_test": y[300:],
                  "scores": {"ROC AUC": 0.5}, "SIZES": {"xgb_rounds": 3}, "device": device,
                  "metrics": metrics, "xgb": xgb}
-    cells = [_cell("def boosted_trees("), _cell("xgb.fit_and_score("),
-             _cell('"ROC AUC on the test set')]
+    cells = ["def boosted_trees(", "xgb.fit_and_score(", '"ROC AUC on the test set']
     return _run(cells, namespace), namespace
 
 
@@ -139,8 +126,8 @@ def _first_cells(backend):
     """Run the episode's imports, sizes and device cells under ``backend`` (a context)."""
     namespace: dict = {}
     with backend:
-        lines = _run([_cell("from gpucourse import device as course_device"),
-                      _cell("settings.sizes("), _cell("course_device.pick_device()")], namespace)
+        lines = _run(["from gpucourse import device as course_device", "settings.sizes(",
+                      "course_device.pick_device()"], namespace)
     return lines, namespace
 
 
@@ -187,7 +174,7 @@ def test_the_crossover_cells_give_the_recorded_figures_from_the_recorded_curves(
                  "torch": torch}
     figures = _record()["figures"]
     with fake_gpu("H100", nvidia_smi=False, children=False):
-        lines = _run([_cell("the GPU is {verdict}"), _cell('"ep03.speedup_widest"')], namespace)
+        lines = _run(["the GPU is {verdict}", '"ep03.speedup_widest"'], namespace)
     width = figures["ep03.crossover_width"]["value"]
     assert f"data resident: the GPU is faster from width {width} on" in lines
     assert f"ep03.crossover_width: {width} on NVIDIA H100 80GB HBM3" in lines
@@ -198,7 +185,7 @@ def test_the_crossover_cells_give_the_recorded_figures_from_the_recorded_curves(
 def test_without_a_gpu_the_crossover_cells_show_the_record(monkeypatch):
     monkeypatch.delenv("GPUCOURSE_FIGURES", raising=False)
     namespace = {"on_gpu": False, "reference": reference}
-    lines = _run([_cell("the GPU is {verdict}"), _cell('"ep03.speedup_widest"')], namespace)
+    lines = _run(["the GPU is {verdict}", '"ep03.speedup_widest"'], namespace)
     assert lines[0].startswith("No GPU here")
     width = _record()["figures"]["ep03.crossover_width"]["value"]
     assert any(f"GPU reference for ep03.crossover_width: {width} on NVIDIA H100" in line
@@ -206,17 +193,9 @@ def test_without_a_gpu_the_crossover_cells_show_the_record(monkeypatch):
 
 
 def test_one_prediction_before_the_sweep_and_its_answer_quotes_the_record():
-    cells = json.loads((ROOT / EPISODE).read_text(encoding="utf-8"))["cells"]
-    text = ["".join(c["source"]) for c in cells]
-    predict = [i for i, t in enumerate(text) if cells[i]["cell_type"] == "markdown"
-               and re.search(r"^\*\*Predict:\*\* \S", t, re.M)]
-    answer = [i for i, t in enumerate(text) if cells[i]["cell_type"] == "markdown"
-              and t.startswith("<details><summary>Answer")]
-    assert len(predict) == 1 and len(answer) == 1 and predict[0] < answer[0]
-    between = text[predict[0]:answer[0]]
+    # the sweep's table and plot are explained in markdown between question and answer
+    between, reveal = prediction(EPISODE, only_code_between=False)
     assert any('for width in tqdm(SIZES["widths"]' in t for t in between), "the sweep is measured between"
-    reveal = text[answer[0]]
-    assert reveal.rstrip().endswith("</details>")
     record = _record()
     figures, widths_seconds = record["figures"], _recorded_curves()
     widths, seconds = widths_seconds

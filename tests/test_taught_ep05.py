@@ -9,9 +9,7 @@ and Intel's GPUs faked; the host-RAM cells measure this process as the notebook 
 from __future__ import annotations
 
 import ast
-import contextlib
 import inspect
-import io
 import json
 import re
 import textwrap
@@ -21,27 +19,14 @@ import pytest
 import torch
 
 from gpucourse import estimate, fakecuda, feasibility, llm, reference, settings
-from taught import ROOT, cell_function, cells_calling, code_cells
+from taught import ROOT, cell_function, cells_calling, code_cells, prediction, run_marked
 
 EPISODE = "episodes/05-gpu-memory.ipynb"
 MIB = 2**20
 
 
-def cell(marker: str) -> str:
-    """The one code cell of episode 5 that contains ``marker``."""
-    found = [source for source in code_cells(EPISODE) if marker in source]
-    assert len(found) == 1, f"{len(found)} code cells of {EPISODE} contain {marker!r}"
-    return found[0]
-
-
 def run(markers, namespace: dict | None = None) -> tuple[dict, str]:
-    """Execute the cells named by ``markers``, in order, in one namespace; return it and stdout."""
-    namespace = {} if namespace is None else namespace
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        for marker in markers:
-            exec(compile(cell(marker), f"{EPISODE}:{marker}", "exec"), namespace)
-    return namespace, out.getvalue()
+    return run_marked(EPISODE, markers, namespace)
 
 
 IMPORTS, DEVICE, SWITCH = "import psutil", "course_device.pick_device()", "gpu_name = "
@@ -220,18 +205,8 @@ def test_a_model_built_on_the_cpu_takes_its_bytes_of_host_ram():
 # --------------------------------------------------------------------------- predict, then reveal
 
 def test_the_answer_quotes_the_recorded_adam_step():
-    cells = json.loads((ROOT / EPISODE).read_text(encoding="utf-8"))["cells"]
-    text = ["".join(c["source"]) for c in cells]
-    asks = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown"
-            and re.search(r"^\*\*Predict:\*\* ", text[i], re.M)]
-    answers = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown"
-               and text[i].startswith("<details><summary>Answer")]
-    assert len(asks) == 1 and len(answers) == 1 and asks[0] < answers[0]
-    between = cells[asks[0] + 1:answers[0]]
-    assert between and all(c["cell_type"] == "code" for c in between)
-    assert any("ep05.adam_step_peak_bytes_per_param" in "".join(c["source"]) for c in between)
-    answer = text[answers[0]]
-    assert answer.rstrip().endswith("</details>")
+    between, answer = prediction(EPISODE)
+    assert any("ep05.adam_step_peak_bytes_per_param" in source for source in between)
     recorded = reference.gpu_reference("ep05.adam_step_peak_bytes_per_param")
     assert recorded, "the H100 record has the figure the answer quotes"
     record, value = recorded

@@ -21,38 +21,19 @@ import torch
 
 from gpucourse import fakecuda, fragmentation_child, memory, settings, tf_memory_child
 from gpucourse.memory import MIB
-from taught import ROOT, assert_same_function, cells_calling
+import taught
+from taught import ROOT, assert_same_function, cells, cells_calling, code_cells, prediction
 
 EPISODE = "episodes/06-out-of-memory.ipynb"
 RECORD = ROOT / "gpucourse" / "references" / "nvidia-h100-80gb-hbm3.json"
 
 
-def cells() -> list[dict]:
-    return json.loads((ROOT / EPISODE).read_text(encoding="utf-8"))["cells"]
-
-
 def code_cell(marker: str) -> str:
-    """The one code cell of the episode whose source contains ``marker``."""
-    found = ["".join(c["source"]) for c in cells()
-             if c["cell_type"] == "code" and marker in "".join(c["source"])]
-    assert len(found) == 1, f"{EPISODE}: {len(found)} code cells contain {marker!r}, expected one"
-    return found[0]
-
-
-def first_screen() -> list[str]:
-    """The code cells from the imports to the device and sizes, as a learner runs them first."""
-    sources = [("".join(c["source"]), c["metadata"].get("tags", [])) for c in cells()
-               if c["cell_type"] == "code"]
-    sources = [source for source, tags in sources if "colab-setup" not in tags]
-    last = next(i for i, source in enumerate(sources) if "settings.sizes(" in source)
-    return sources[: last + 1]
+    return taught.code_cell(EPISODE, marker)
 
 
 def run(sources: list[str], namespace: dict | None = None) -> dict:
-    namespace = {} if namespace is None else namespace
-    for source in sources:
-        exec(compile(source, EPISODE, "exec"), namespace)
-    return namespace
+    return taught.run_cells(EPISODE, sources, namespace)
 
 
 # --------------------------------------------------------------------------- the taught lines
@@ -67,7 +48,7 @@ def test_the_child_processes_run_the_functions_the_cells_teach(name, helper):
 
 
 def test_no_lesson_is_left_in_a_markdown_fence():
-    fences = [c for c in cells() if c["cell_type"] == "markdown" and "```" in "".join(c["source"])]
+    fences = [c for c in cells(EPISODE) if c["cell_type"] == "markdown" and "```" in "".join(c["source"])]
     assert not fences, "episode 6's code is in runnable cells; a fence here needs a reason"
 
 
@@ -175,7 +156,7 @@ def test_the_tensorflow_cell_says_skipped_in_one_line_without_tensorflow(tmp_pat
 def test_the_device_is_chosen_as_episode_2_teaches():
     chosen = cells_calling(EPISODE, "course_device.pick_device")
     assert len(chosen) == 1 and "print(course_device.describe_choice(device))" in chosen[0]
-    code = "\n".join("".join(c["source"]) for c in cells() if c["cell_type"] == "code")
+    code = "\n".join(code_cells(EPISODE))
     assert not re.search(r"torch\.device\(\s*[\"']cuda[\"']\s*if", code)
 
 
@@ -183,7 +164,7 @@ def test_the_device_is_chosen_as_episode_2_teaches():
                                             ("xpu", torch.device("xpu", 0))])
 def test_apples_and_intels_gpus_are_picked_and_metered_by_counting_tensors(kind, expected, capsys):
     with fakecuda.fake_backend(kind):
-        namespace = run(first_screen())
+        namespace = run(taught.first_screen(EPISODE))
     out = capsys.readouterr().out.splitlines()
     assert namespace["device"] == expected and not namespace["on_cuda"]
     assert out[0].startswith(f"device: {kind} (") and out[1] == namespace["SIZES"].describe()
@@ -203,7 +184,7 @@ def test_the_sizes_file_has_the_same_keys_in_each_row_and_the_notebook_reads_it(
     assert keys(table["full"]) == keys(table["reduced"]) == keys(table["quick"])
     assert 'SIZES = settings.sizes("ep06", gpu_available=torch.cuda.is_available())' in \
         code_cell("settings.sizes(")
-    assert not re.search(r"\}\[MODE\]", "\n".join("".join(c["source"]) for c in cells()))
+    assert not re.search(r"\}\[MODE\]", "\n".join("".join(c["source"]) for c in cells(EPISODE)))
     # the whole GPU at full size; everywhere else a budget, larger on CUDA (its 20 MiB segments)
     assert table["full"]["check"]["cuda_budget"] is None
     for row in table.values():
@@ -213,17 +194,9 @@ def test_the_sizes_file_has_the_same_keys_in_each_row_and_the_notebook_reads_it(
 # --------------------------------------------------------------------------- predict, then reveal
 
 def test_the_prediction_is_answered_after_the_measurement_with_the_recorded_h100_figures():
-    kinds = [(c["cell_type"], "".join(c["source"])) for c in cells()]
-    asks = [i for i, (kind, text) in enumerate(kinds)
-            if kind == "markdown" and re.search(r"^\*\*Predict:\*\*", text, re.M)]
-    answers = [i for i, (kind, text) in enumerate(kinds)
-               if kind == "markdown" and text.startswith("<details><summary>Answer")]
-    assert len(asks) == len(answers) == 1 and asks[0] < answers[0]
-    between = [text for kind, text in kinds[asks[0] + 1: answers[0]] if kind == "code"]
+    between, answer = prediction(EPISODE)
     assert any("peak_of(" in text for text in between)
     assert any('key_figure(f"ep06.{how}_time_ratio"' in text for text in between)
-    answer = kinds[answers[0]][1]
-    assert answer.rstrip().endswith("</details>")
     assert "recorded on an NVIDIA H100 80GB HBM3 (course record, 2026-11-26)" in answer.replace(
         "\n", " ").replace("Recorded", "recorded")
     figures = json.loads(RECORD.read_text())["figures"]

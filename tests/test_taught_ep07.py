@@ -6,8 +6,6 @@ episode 2 teaches, Apple's and Intel's GPUs included, and its sizes come from it
 from __future__ import annotations
 
 import ast
-import contextlib
-import io
 import json
 import re
 
@@ -16,31 +14,18 @@ import torch
 
 from gpucourse import features, profiling, reference, settings
 from gpucourse.fakecuda import fake_backend, fake_gpu
-from taught import ROOT, assert_same_function, cell_function, code_cells
+from taught import (assert_same_function, cell_function, code_cell, code_cells, markdown_cells,
+                    prediction, run_marked)
 
 EP07 = "episodes/07-faster-training.ipynb"
 
 
 def cell_with(text: str) -> str:
-    """The one code cell of episode 7 that contains ``text``."""
-    found = [source for source in code_cells(EP07) if text in source]
-    assert len(found) == 1, f"{len(found)} cells of {EP07} contain {text!r}, expected one"
-    return found[0]
-
-
-def markdown_cells() -> list[str]:
-    cells = json.loads((ROOT / EP07).read_text(encoding="utf-8"))["cells"]
-    return ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+    return code_cell(EP07, text)
 
 
 def run_cells(texts, namespace=None) -> tuple[dict, str]:
-    """Execute the cells holding ``texts``, in order, in one namespace; return it and the output."""
-    namespace = {} if namespace is None else namespace
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        for text in texts:
-            exec(compile(cell_with(text), f"<{EP07}>", "exec"), namespace)
-    return namespace, out.getvalue()
+    return run_marked(EP07, texts, namespace)
 
 
 SETUP = ("import copy", "from gpucourse import device as course_device",
@@ -104,7 +89,8 @@ def test_quiet_profiler_log_leaves_a_level_the_user_chose(monkeypatch):
 # --------------------------------------------------------------------------- a sync every step
 
 def test_the_sync_question_names_what_synchronises():
-    text = next(m for m in markdown_cells() if "single-number" in m or "_local_scalar_dense" in m)
+    text = next(m for m in markdown_cells(EP07)
+                if "single-number" in m or "_local_scalar_dense" in m)
     for line in (".item()", "print(loss)", ".cpu()", "torch.cuda.synchronize()"):
         assert line in text, f"the sync section does not name {line}"
 
@@ -157,18 +143,14 @@ def test_the_sizes_come_from_the_sizes_file():
 # --------------------------------------------------------------------------- predict, then reveal
 
 def test_the_answer_quotes_the_recorded_figures():
-    md = markdown_cells()
-    predict = [i for i, m in enumerate(md) if re.search(r"^\*\*Predict:\*\*", m, re.M)]
-    assert len(predict) == 1
-    answer = md[predict[0] + 1]
-    assert answer.startswith("<details><summary>Answer") and answer.rstrip().endswith("</details>")
+    _, answer = prediction(EP07)
     record, amp = reference.gpu_reference("ep07.amp_speedup")
     assert "NVIDIA H100 80GB HBM3 (course record, 2026-11-26)" in answer
     assert record["date"] == "2026-11-26" and f"{amp:.3g}×" in answer
     if amp < 1:
         assert "slower" in answer.lower()
     _, compiled = reference.gpu_reference("ep07.compile_speedup")
-    compile_text = next(m for m in md if "ep07.compile_speedup" in m)
+    compile_text = next(m for m in markdown_cells(EP07) if "ep07.compile_speedup" in m)
     assert f"{compiled:.3g}×" in compile_text
     if compiled < 1:
         assert "slower" in compile_text.lower()

@@ -15,14 +15,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from gpucourse import device as course_device, fakecuda, feasibility, reference, settings
-from taught import ROOT, cells_calling, code_cells
+from taught import ROOT, cells_calling, code_cell, code_cells, prediction, run_cells
 
 EPISODE = "episodes/08-feeding-the-gpu.ipynb"
 RECORD = ROOT / "gpucourse" / "references" / "nvidia-h100-80gb-hbm3.json"
-
-
-def _cells():
-    return json.loads((ROOT / EPISODE).read_text(encoding="utf-8"))["cells"]
 
 
 def _first_calling(dotted: str) -> int:
@@ -31,12 +27,6 @@ def _first_calling(dotted: str) -> int:
     first = cells_calling(EPISODE, dotted)
     assert first, f"{EPISODE} has no cell calling {dotted}"
     return sources.index(first[0])
-
-
-def _cell_with(text: str) -> str:
-    found = [s for s in code_cells(EPISODE) if text in s]
-    assert len(found) == 1, f"expected one code cell with {text!r}, found {len(found)}"
-    return found[0]
 
 
 # --- the taught line: PyTorch's own profile table ------------------------------------------------
@@ -94,10 +84,9 @@ def test_the_sizes_come_from_the_episodes_file_with_three_like_rows():
 
 def _run_setup(namespace: dict) -> None:
     """The import cell, the sizes-and-device cell and the cell that derives from the device."""
-    for marker in ("from gpucourse import device as course_device",
-                   "device = course_device.pick_device()",
-                   "sync = synchronizer(device)"):
-        exec(_cell_with(marker), namespace)
+    markers = ("from gpucourse import device as course_device",
+               "device = course_device.pick_device()", "sync = synchronizer(device)")
+    run_cells(EPISODE, [code_cell(EPISODE, marker) for marker in markers], namespace)
 
 
 @pytest.mark.parametrize("kind, words", [("mps", "device: mps (Apple's GPU)"),
@@ -161,17 +150,7 @@ def test_each_cuda_only_cell_says_in_one_line_why_it_skips_on_mps(source, capsys
 # --- predict, then reveal ------------------------------------------------------------------------------
 
 def test_the_reveal_follows_a_measurement_and_quotes_the_record_as_printed():
-    cells = _cells()
-    kinds = [c["cell_type"] for c in cells]
-    texts = ["".join(c["source"]) for c in cells]
-    predict = [i for i, t in enumerate(texts)
-               if kinds[i] == "markdown" and re.search(r"^\*\*Predict:\*\* \S", t, re.M)]
-    answer = [i for i, t in enumerate(texts)
-              if kinds[i] == "markdown" and t.startswith("<details><summary>Answer")]
-    assert len(predict) == 1 and len(answer) == 1
-    assert "code" in kinds[predict[0] + 1:answer[0]], "measure between the question and its answer"
-    text = texts[answer[0]]
-    assert text.rstrip().endswith("</details>")
+    _, text = prediction(EPISODE)         # a measurement between the question and its answer
     record = json.loads(RECORD.read_text())
     figures = record["figures"]
     h2d = figures["ep08.h2d_gbs"]["value"]
@@ -188,7 +167,6 @@ def test_the_record_quoted_in_the_text_is_the_one_the_notebook_prints(capsys):
     reference.show("ep08.h2d_gbs", unit="GB/s")
     reference.show("ep08.pinned_copy_speedup", unit="× (pageable / pinned copy time)")
     out = capsys.readouterr().out
-    answer = next("".join(c["source"]) for c in _cells()
-                  if "".join(c["source"]).startswith("<details><summary>Answer"))
+    _, answer = prediction(EPISODE)
     for printed in re.findall(r": ([\d.]+) (?:GB/s|×)", out):
         assert printed in answer, (printed, out)

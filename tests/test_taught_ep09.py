@@ -5,8 +5,6 @@ two processes gain, answered from what the notebook measures."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 
@@ -18,40 +16,21 @@ from gpucourse.distributed import slurm
 from gpucourse.distributed.ddp_train import make_model
 from gpucourse.distributed.key_lines import blocks
 from gpucourse.fakecuda import fake_backend, fake_gpu
-from taught import ROOT, code_cells
+from taught import ROOT, code_cell, code_cells, markdown_cells, prediction, run_marked
 
 EPISODE = "episodes/09-more-than-one-gpu.ipynb"
 RECORD = ROOT / "gpucourse" / "references" / "nvidia-h100-80gb-hbm3.json"
 
 
-def _cells() -> list[dict]:
-    return json.loads((ROOT / EPISODE).read_text(encoding="utf-8"))["cells"]
-
-
-def _markdown() -> list[str]:
-    return ["".join(c["source"]) for c in _cells() if c["cell_type"] == "markdown"]
-
-
-def _cell(marker: str) -> str:
-    """The one code cell of the episode that contains ``marker``."""
-    found = [source for source in code_cells(EPISODE) if marker in source]
-    assert len(found) == 1, f"{EPISODE}: {len(found)} code cells contain {marker!r}, expected one"
-    return found[0]
-
-
-def _run(sources, namespace) -> list[str]:
-    """Execute cells in ``namespace``; the lines they printed."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        for source in sources:
-            exec(compile(source, EPISODE, "exec"), namespace)
-    return out.getvalue().splitlines()
+def _run(markers, namespace) -> list[str]:
+    """Execute the cells holding ``markers`` in ``namespace``; the lines they printed."""
+    return run_marked(EPISODE, markers, namespace)[1].splitlines()
 
 
 def _fences(language: str) -> list[str]:
     """The bodies of the episode's markdown fences in ``language``."""
     pattern = re.compile(rf"^```{language}\n(.*?)^```", re.M | re.S)
-    return [body for text in _markdown() for body in pattern.findall(text)]
+    return [body for text in markdown_cells(EPISODE) for body in pattern.findall(text)]
 
 
 # --------------------------------------------------------------------------- the key lines, as code
@@ -75,7 +54,8 @@ def test_the_listings_are_short_enough_to_read_without_scrolling_sideways():
 
 
 def test_the_slurm_script_is_folded_and_equal_to_the_one_slurm_write_writes():
-    (folded,) = [text for text in _markdown() if "slurm.SBATCH" in text and "<details>" in text]
+    (folded,) = [text for text in markdown_cells(EPISODE)
+                 if "slurm.SBATCH" in text and "<details>" in text]
     assert _fences("bash").count(slurm.SBATCH) == 1
     assert folded.rstrip().endswith("</details>")
 
@@ -96,7 +76,7 @@ def test_every_launch_keeps_its_whole_output_in_a_log_and_prints_a_few_lines():
 
 def test_the_sampler_cell_deals_every_sample_once_and_reshuffles_each_epoch():
     namespace = {"DistributedSampler": torch.utils.data.DistributedSampler}
-    lines = _run([_cell("DistributedSampler(samples")], namespace)
+    lines = _run(["DistributedSampler(samples"], namespace)
     assert len(lines) == 2
     epochs = [[json.loads(part) for part in re.findall(r"\[[\d, ]+\]", line)] for line in lines]
     for rank0, rank1 in epochs:
@@ -107,7 +87,7 @@ def test_the_sampler_cell_deals_every_sample_once_and_reshuffles_each_epoch():
 def test_the_rank_0_checkpoint_loads_into_a_plain_model_on_the_chosen_device():
     checkpoint = {"model": make_model().state_dict()}
     namespace = {"make_model": make_model, "checkpoint": checkpoint, "device": torch.device("cpu")}
-    lines = _run([_cell("model.load_state_dict(")], namespace)
+    lines = _run(["model.load_state_dict("], namespace)
     assert lines == ["loaded 6 tensors into a plain model on cpu"]
     assert all(torch.equal(namespace["model"].state_dict()[k], v)
                for k, v in checkpoint["model"].items())
@@ -118,8 +98,8 @@ def test_the_rank_0_checkpoint_loads_into_a_plain_model_on_the_chosen_device():
 def test_the_sizes_come_from_the_episodes_file_and_every_name_the_cells_use_is_in_it():
     sources = code_cells(EPISODE)
     assert not any("}[MODE]" in source for source in sources), "no three-mode table in a cell"
-    assert 'SIZES = settings.sizes("ep09", gpu_available=torch.cuda.is_available())' in _cell(
-        "settings.sizes(")
+    assert 'SIZES = settings.sizes("ep09", gpu_available=torch.cuda.is_available())' in code_cell(
+        EPISODE, "settings.sizes(")
     table = json.loads((settings.SIZES_DIR / "ep09.json").read_text(encoding="utf-8"))
     assert set(table) == set(settings.MODES)
     assert all(set(row) == set(table["full"]) for row in table.values())
@@ -131,9 +111,8 @@ def _first_cells(backend):
     """Run the episode's imports, sizes, device and process-count cells under ``backend``."""
     namespace: dict = {}
     with backend:
-        lines = _run([_cell("from gpucourse import device as course_device"),
-                      _cell("settings.sizes("), _cell("course_device.pick_device()"),
-                      _cell("NPROC = ")], namespace)
+        lines = _run(["from gpucourse import device as course_device", "settings.sizes(",
+                      "course_device.pick_device()", "NPROC = "], namespace)
     return lines, namespace
 
 
@@ -169,19 +148,10 @@ def test_cuda_only_calls_are_asked_for_a_cuda_gpu():
 # --------------------------------------------------------------------------- predict, then reveal
 
 def test_one_prediction_before_the_runs_it_asks_about_and_an_answer_after_them():
-    cells = _cells()
-    text = ["".join(c["source"]) for c in cells]
-    kinds = [c["cell_type"] for c in cells]
-    predict = [i for i, t in enumerate(text) if kinds[i] == "markdown"
-               and re.search(r"^\*\*Predict:\*\* \S", t, re.M)]
-    answer = [i for i, t in enumerate(text) if kinds[i] == "markdown"
-              and t.startswith("<details><summary>Answer")]
-    assert len(predict) == 1 and len(answer) == 1 and predict[0] < answer[0]
-    between = [t for i, t in enumerate(text[predict[0]:answer[0]], predict[0]) if kinds[i] == "code"]
+    between, _ = prediction(EPISODE)
     assert any('"--nproc-per-node={NPROC}"' in t for t in between), "the DDP run is measured between"
     assert any('"--nproc-per-node=1"' in t for t in between), "so is the one-process run"
     assert any("samples per second" in t for t in between), "and the comparison printed"
-    assert text[answer[0]].rstrip().endswith("</details>")
 
 
 def test_the_answer_names_the_record_which_has_no_figure_for_this_question():
@@ -190,6 +160,6 @@ def test_the_answer_names_the_record_which_has_no_figure_for_this_question():
     assert not [name for name in record["figures"] if name.startswith("ep09.")], (
         "the GPU record now has an episode 9 figure: quote it in the answer")
     assert record["hardware"]["gpu_count"] == 1
-    (answer,) = [t for t in _markdown() if t.startswith("<details><summary>Answer")]
+    _, answer = prediction(EPISODE)
     name = f"recorded on an {record['hardware']['gpu_name']} (course record, {record['date']})"
     assert name in answer and "one GPU" in answer

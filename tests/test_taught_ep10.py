@@ -9,8 +9,6 @@ GPUs faked (``fakecuda.fake_backend``) and under the fake CUDA runtime.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 
@@ -18,30 +16,18 @@ import pytest
 import torch
 
 from gpucourse import fakecuda, feasibility, llm, reference, settings
-from taught import ROOT, assert_same_function, cells_calling, code_cells
+from taught import (ROOT, assert_same_function, cells_calling, code_cell, code_cells, prediction,
+                    run_marked)
 
 EPISODE = "episodes/10-language-model.ipynb"
 
 
-def cells() -> list[dict]:
-    return json.loads((ROOT / EPISODE).read_text(encoding="utf-8"))["cells"]
-
-
 def cell(marker: str) -> str:
-    """The one code cell of episode 10 that contains ``marker``."""
-    found = [source for source in code_cells(EPISODE) if marker in source]
-    assert len(found) == 1, f"{len(found)} code cells of {EPISODE} contain {marker!r}"
-    return found[0]
+    return code_cell(EPISODE, marker)
 
 
 def run(markers, namespace: dict | None = None) -> tuple[dict, str]:
-    """Execute the cells named by ``markers``, in order, in one namespace; return it and stdout."""
-    namespace = {} if namespace is None else namespace
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        for marker in markers:
-            exec(compile(cell(marker), f"{EPISODE}:{marker}", "exec"), namespace)
-    return namespace, out.getvalue()
+    return run_marked(EPISODE, markers, namespace)
 
 
 FIRST_SCREEN = ["import torch.nn.functional as F", "print(llm.import_libraries())",
@@ -184,22 +170,13 @@ def test_the_two_gpu_run_sends_inputs_to_the_models_device_and_says_when_it_cann
 # --------------------------------------------------------------------------- predict, then reveal
 
 def test_the_prediction_comes_before_the_attention_peaks_and_its_answer_after_them():
-    kinds = [(c["cell_type"], "".join(c["source"])) for c in cells()]
-    asks = [i for i, (kind, text) in enumerate(kinds)
-            if kind == "markdown" and re.search(r"^\*\*Predict:\*\* ", text, re.M)]
-    answers = [i for i, (kind, text) in enumerate(kinds)
-               if kind == "markdown" and text.startswith("<details><summary>Answer")]
-    assert len(asks) == 1 and len(answers) == 1 and asks[0] < answers[0]
-    between = kinds[asks[0] + 1: answers[0]]
-    assert between and all(kind == "code" for kind, _ in between)
-    assert any("attention_peak(call, kernel" in text for _, text in between)
-    assert any('"ep10.sdpa_math_peak_growth"' in text for _, text in between)
-    assert kinds[answers[0]][1].rstrip().endswith("</details>")
+    between, _ = prediction(EPISODE)
+    assert any("attention_peak(call, kernel" in text for text in between)
+    assert any('"ep10.sdpa_math_peak_growth"' in text for text in between)
 
 
 def test_the_answer_quotes_the_course_record_as_the_notebook_prints_it():
-    answer = next("".join(c["source"]) for c in cells()
-                  if "".join(c["source"]).startswith("<details><summary>Answer"))
+    _, answer = prediction(EPISODE)
     record, growth = reference.gpu_reference("ep10.sdpa_math_peak_growth")
     assert f"**{growth:.3g} ×**" in answer              # as key_figure prints it: 3.95 ×
     gpu = record["hardware"]["gpu_name"]
