@@ -58,6 +58,8 @@ class ReferenceRecords(SphinxDirective):
         records = reference.records()
         for path in reference.record_paths():
             self.env.note_dependency(str(path))
+        # and the folder: its time changes when a record is added, which no file above names
+        self.env.note_dependency(str(reference.REFERENCE_DIR))
         if not records:
             return [nodes.paragraph(text="No reference record has been measured yet. Run `make gpu-check` "
                                          "on a machine with a GPU and commit the file it writes.")]
