@@ -501,6 +501,15 @@ def install_on_import(text: str) -> None:
 
 # --------------------------------------------------------------------------- the context manager
 
+def _undo(restore: list) -> None:
+    """Put back what :func:`_patched` changed, the last change first."""
+    for obj, name, had, old in reversed(restore):
+        if had:
+            setattr(obj, name, old)
+        else:
+            delattr(obj, name)
+
+
 @contextlib.contextmanager
 def _patched(obj, name, value, restore):
     had = hasattr(obj, name)
@@ -604,11 +613,7 @@ def _fake_machine(gpus: FakeGPUs, *, nvidia_smi: bool, tensorflow: bool):
                 stack.enter_context(_fake_tensorflow(gpus, restore))
             yield gpus
         finally:
-            for obj, name, had, old in reversed(restore):
-                if had:
-                    setattr(obj, name, old)
-                else:
-                    delattr(obj, name)
+            _undo(restore)
             if hasattr(torch.cuda, "_get_device_properties") and not hasattr(torch._C, "_cuda_init"):
                 del torch.cuda._get_device_properties
             for key, value in (("PATH", path_before), ("GPUCOURSE_FAKE_GPU_STATE", state_before)):
@@ -678,10 +683,6 @@ def fake_backend(kind: str):
         torch.cuda.device_count.cache_clear() if hasattr(torch.cuda.device_count, "cache_clear") else None
         yield
     finally:
-        for obj, name, had, old in reversed(restore):
-            if had:
-                setattr(obj, name, old)
-            else:
-                delattr(obj, name)
+        _undo(restore)
         stack.close()
         torch.backends.mps.is_available.cache_clear()
