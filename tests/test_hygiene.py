@@ -1,4 +1,5 @@
 """House rules for every notebook: outputs, badges, devices, anatomy, table of contents."""
+import ast
 import re
 
 import pytest
@@ -90,6 +91,37 @@ def test_kernel_and_tf_logging(path):
             before = "\n".join(sources[: i + 1])
             assert "TF_CPP_MIN_LOG_LEVEL" in before or "import_tensorflow()" in before, (
                 "quiet TensorFlow's logs before importing it (gpucourse.frameworks.import_tensorflow)")
+
+
+def _profile_calls(source):
+    """The ``profile(...)`` calls (torch.profiler's) in a cell; IPython magics are skipped."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("profile", "torch.profiler.profile"):
+            yield node
+
+
+def test_every_profile_keeps_its_events_so_pytorch_does_not_warn_about_cycles():
+    """PyTorch 2.10 and 2.11 warn "Profiler clears events at the end of each cycle" on every
+    profile made with acc_events=False (pytorch/pytorch#180348; seen in episode 7 on an H100),
+    so every profile a learner runs sets it: in every notebook and in the package."""
+    found, missing = 0, []
+    sources = [(p.relative_to(ROOT).as_posix(), c.source)
+               for p in NOTEBOOKS for c in _nb(p).cells if c.cell_type == "code"]
+    sources += [(p.relative_to(ROOT).as_posix(), p.read_text())
+                for p in (ROOT / "gpucourse").rglob("*.py")]
+    for where, source in sources:
+        for call in _profile_calls(source):
+            found += 1
+            flags = {k.arg: ast.unparse(k.value) for k in call.keywords}
+            # A profile built only to hold recorded events (never entered) cannot warn.
+            if flags.get("acc_events") != "True" and "prof.profiler = " not in source:
+                missing.append(f"{where}: {ast.unparse(call)}")
+    assert found >= 8, found
+    assert not missing, "set acc_events=True:\n" + "\n".join(missing)
 
 
 @pytest.mark.parametrize("path", EPISODES, ids=[p.name for p in EPISODES])
