@@ -107,9 +107,12 @@ def band(name: str, device_name: str | None) -> Band | None:
         if gpu_model(record["hardware"].get("gpu_name"))[0] == model:
             value = (gpu_figure(record, name) or {}).get("value")
             if isinstance(value, (int, float)) and math.isfinite(value) and value != 0:
+                source = f"make gpu-check on {record['hardware']['gpu_name']}, {record['date']}"
+                steps = _grid_neighbours(short, record, value)
+                if steps is not None:
+                    return Band(*steps, model, "measured", f"{source}, one step of its grid either way")
                 low, high = sorted((0.85 * value, 1.15 * value))
-                return Band(low, high, model, "measured",
-                            f"make gpu-check on {record['hardware']['gpu_name']}, {record['date']}, ±15 %")
+                return Band(low, high, model, "measured", f"{source}, ±15 %")
     rule = bands()["fractions"].get(short)
     if rule is None:
         return None
@@ -120,6 +123,21 @@ def band(name: str, device_name: str | None) -> Band | None:
     return Band(rule["low"] * peak, rule["high"] * peak, model, "derived",
                 f"{rule['low']:.0%}–{rule['high']:.0%} of the datasheet's {peak:g} ({rule['of']}); "
                 f"{rule['why']}; {spec['source']}")
+
+
+def _grid_neighbours(short: str, record: dict, value: float) -> tuple[float, float] | None:
+    """For a figure that can only take the values of a grid (a crossover found by a sweep), the
+    grid values one step either side of the recorded one: ±15 % of 200 on a grid ..., 100, 200,
+    500, ... would admit only 200 and call a noisy neighbour a broken measurement."""
+    grid_rule = bands().get("grids", {}).get(short)
+    if grid_rule is None:
+        return None
+    curve = (gpu_figure(record, grid_rule["curve"]) or {}).get("value")
+    grid = sorted(curve.get(grid_rule["key"], [])) if isinstance(curve, dict) else []
+    if value not in grid:
+        return None
+    i = grid.index(value)
+    return grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
 
 
 def verdict(name: str, value: float, unit: str, device_name: str | None) -> str:

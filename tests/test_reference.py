@@ -363,3 +363,35 @@ def test_a_shown_reference_keeps_the_unit_it_was_recorded_with(no_records, capsy
     out = capsys.readouterr().out
     assert "samples in 1.00 GiB" in out and "8.00 MiB" not in out
     assert "in the course's GPU run" in out and "make gpu-check" not in out
+
+
+def test_a_crossover_band_is_one_step_of_its_sweeps_grid_either_way(no_records):
+    """A crossover takes only the sizes its sweep measured: ±15 % around 200 on the widths
+    ..., 100, 200, 500, ... would call a run that found 500 (as a second H100 run did) broken."""
+    record = a_record(**{"ep03.crossover_width": 200, "ep01.crossover_n": 256})
+    widths = [5, 10, 20, 50, 100, 200, 500, 1000, 2000]
+    record["figures"]["ep03.sweep_seconds"] = {
+        "value": {"widths": widths, "GPU, data resident": [0.01] * 9}, "unit": "",
+        "device": "NVIDIA H100 80GB HBM3", "notebook": "episodes/03.ipynb"}
+    (no_records / "h100.json").write_text(json.dumps(record))
+    width = reference.band("ep03.crossover_width", "NVIDIA H100 80GB HBM3")
+    assert (width.low, width.high, width.kind) == (100, 500, "measured")
+    assert "one step of its grid" in width.source
+    for found, words in [(500, "✓ inside"), (100, "✓ inside"), (1000, "above"), (50, "below")]:
+        assert words in reference.verdict("ep03.crossover_width", found, "", "NVIDIA H100 80GB HBM3")
+    # Without its sweep in the record (or off the grid) the usual ±15 % band is kept.
+    n = reference.band("ep01.crossover_n", "NVIDIA H100 80GB HBM3")
+    assert (n.low, n.high) == (pytest.approx(0.85 * 256), pytest.approx(1.15 * 256))
+
+
+def test_the_committed_h100_crossovers_admit_their_neighbours():
+    """On the committed H100 record, both crossovers' bands reach one grid step either way."""
+    for name, curve, key in [("ep01.crossover_n", "ep01.matmul_sweep", "n"),
+                             ("ep03.crossover_width", "ep03.sweep_seconds", "widths")]:
+        record = next(r for r in reference.records()
+                      if r["hardware"].get("gpu_name") == "NVIDIA H100 80GB HBM3")
+        value = record["figures"][name]["value"]
+        grid = sorted(record["figures"][curve]["value"][key])
+        i = grid.index(value)
+        got = reference.band(name, "NVIDIA H100 80GB HBM3")
+        assert (got.low, got.high) == (grid[i - 1], grid[i + 1]), name
