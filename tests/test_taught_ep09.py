@@ -14,7 +14,7 @@ import torch
 from gpucourse import device as course_device, settings
 from gpucourse.distributed import slurm
 from gpucourse.distributed.ddp_train import make_model
-from gpucourse.distributed.key_lines import blocks
+from gpucourse.distributed.key_lines import listing
 from gpucourse.fakecuda import fake_backend, fake_gpu
 from taught import ROOT, code_cell, code_cells, markdown_cells, prediction, run_marked
 
@@ -34,11 +34,6 @@ def _fences(language: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the key lines, as code
-
-def listing(script: str) -> str:
-    """The marked blocks of a script as the episode lists them: a heading, then the lines."""
-    return "\n\n".join(f"# {b.number}. {b.title}\n{b.code}" for b in blocks(script))
-
 
 @pytest.mark.parametrize("script", ["ddp_train", "uneven", "tf_multiworker"])
 def test_each_scripts_key_lines_are_listed_once_exactly_as_the_script_has_them(script):

@@ -51,10 +51,11 @@ def load_checkpoint(model, optimizer, folder: Path) -> int:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     # >>> 1. load into this run's shards, whatever the saving run's world size   (single process: torch.load)
-    model_state, optim_state = get_state_dict(model, optimizer)      # the shapes of *this* run's shards
+    model_state, optim_state = get_state_dict(model, optimizer)  # *this* run's shards
     state = {"model": model_state, "optimizer": optim_state}
-    dcp.load(state, checkpoint_id=folder)                            # each rank reads only what it needs
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    dcp.load(state, checkpoint_id=folder)          # each rank reads only what it needs
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optimizer"])
     # <<<
     return json.loads((folder / "position.json").read_text())
 

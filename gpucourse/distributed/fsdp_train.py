@@ -75,12 +75,14 @@ def shard(model, mesh, strategy: str):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     # >>> 2. shard each block, then the root   (single process: the model as it is)
-    reshard = strategy != "zero2"             # ZeRO-3 frees a block's gathered weights after forward
+    reshard = strategy != "zero2"    # ZeRO-3 frees a block's gathered weights after forward
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if strategy == "zero3-bf16" else MixedPrecisionPolicy()
-    for block in model[1:-1]:                 # one all-gather per block: only one block is whole at a time
+    # one all-gather per block: only one block is whole at a time
+    for block in model[1:-1]:
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)   # the rest
+    # the rest: the input and output layers
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
     # <<<
     return model
 
@@ -104,8 +106,9 @@ def replicate(model, device: str, strategy: str, counter: CommCounter):
     ddp.register_comm_hook(None, counted)
     if strategy == "zero1":
         # >>> 3. ZeRO-1: each rank keeps the optimizer state of its share   (single process: AdamW)
-        optimizer = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW, lr=3e-3,
-                                            weight_decay=0.0)
+        optimizer = ZeroRedundancyOptimizer(ddp.parameters(),
+                                            optimizer_class=torch.optim.AdamW,
+                                            lr=3e-3, weight_decay=0.0)
         # <<<
     else:
         optimizer = make_optimizer(ddp.parameters())
@@ -175,7 +178,8 @@ def main(argv=None) -> None:
     # >>> 1. one device per process, and a mesh over them all   (single process: nothing)
     device, backend = sharded.pick_device(local_rank, local_world_size, args.device)
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))
-    mesh = init_device_mesh(device, (world_size,))    # never let FSDP choose the device itself
+    # never let FSDP choose the device itself
+    mesh = init_device_mesh(device, (world_size,))
     # <<<
     full = make_model(args.width, args.hidden, args.blocks)
     results = {"world_size": world_size, "rank": rank, "device": device, "backend": backend,

@@ -10,7 +10,10 @@ script does instead:
 
 ``key_lines("ddp_train")`` returns those blocks, in the order of their numbers, dedented and
 with their line numbers, so the notebook shows the lesson and never the plumbing around it.
-tests/test_distributed.py checks that every block the episode names is still marked.
+``listing("ddp_train")`` returns them as episodes 9 and 13 list them in a ```python fence:
+each block under its numbered title, without line numbers. tests/test_distributed.py checks
+that every block episode 9 names is still marked; tests/test_taught_ep09.py and
+tests/test_taught_ep13.py keep each episode's listings equal to ``listing``.
 """
 
 from __future__ import annotations
@@ -64,3 +67,28 @@ def key_lines(script: str) -> str:
         head = f"# {b.number}. {b.title}   ({script}.py, line {b.first_line})"
         out.append("\n".join([head] + ([f"#    ({b.single})"] if b.single else []) + [b.code]))
     return "\n\n".join(out)
+
+
+def listing(script: str) -> str:
+    """The marked blocks of a script as an episode lists them in a ```python fence.
+
+    Parameters
+    ----------
+    script : str
+        The script's name in ``gpucourse/distributed``, without ``.py``
+        (``"fsdp_train"``).
+
+    Returns
+    -------
+    str
+        Each block as ``# <number>. <title>`` then its dedented lines, the blocks in the
+        order of their numbers and separated by one blank line; no trailing newline.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no such script; the message names the scripts there are.
+    ValueError
+        If the script's markers are out of order or a block is never closed.
+    """
+    return "\n\n".join(f"# {b.number}. {b.title}\n{b.code}" for b in blocks(script))

@@ -52,8 +52,9 @@ def tensor_parallel(block, tp_mesh):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     # >>> 2. split the block: up by columns, down by rows   (single process: the block as it is)
-    return parallelize_module(block, tp_mesh, {"up": ColwiseParallel(),     # each rank: hidden / TP units
-                                               "down": RowwiseParallel()})  # partial sums, then all-reduce
+    plan = {"up": ColwiseParallel(),      # each rank: hidden / TP units
+            "down": RowwiseParallel()}    # partial sums, then all-reduce
+    return parallelize_module(block, tp_mesh, plan)
     # <<<
 
 

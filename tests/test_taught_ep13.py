@@ -1,0 +1,66 @@
+"""Episode 13 shows its scripts' key lines as code, as episode 9 does: each script's marked
+blocks listed once in a ```python fence, equal to the script, narrow enough to read, just
+before the cell that runs the script, and no cell prints source code."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpucourse.distributed.key_lines import listing
+from taught import cells, code_cells, markdown_cells
+
+EPISODE = "episodes/13-sharding.ipynb"
+SCRIPTS = ["fsdp_train", "tp_mlp", "dcp_reshard", "memory_plan"]
+FENCE = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
+WIDTH = 88
+
+
+def _fences() -> list[str]:
+    """The bodies of the episode's ```python fences."""
+    return [body for text in markdown_cells(EPISODE) for body in FENCE.findall(text)]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_scripts_key_lines_are_listed_once_exactly_as_the_script_has_them(script):
+    shown = [body for body in _fences() if body.rstrip("\n") == listing(script)]
+    assert len(shown) == 1, (
+        f"{EPISODE} should list {script}.py's marked blocks once, as the script has them "
+        f"({len(shown)} found): bring the listing in step with listing({script!r})")
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_scripts_marked_lines_fit_the_page(script):
+    wide = [line for line in listing(script).splitlines() if len(line) > WIDTH]
+    assert not wide, (f"{script}.py has marked lines over {WIDTH} characters: rewrap them "
+                      f"in the script, e.g. {wide[0]!r}")
+
+
+def test_the_listings_are_short_enough_to_read_without_scrolling_sideways():
+    wide = [line for body in _fences() for line in body.splitlines() if len(line) > WIDTH]
+    assert not wide, f"listed lines over {WIDTH} characters: {wide}"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_listing_names_its_script_and_comes_just_before_the_cell_that_runs_it(script):
+    notebook = cells(EPISODE)
+    sources = ["".join(c["source"]) for c in notebook]
+    (where,) = [i for i, (c, text) in enumerate(zip(notebook, sources))
+                if c["cell_type"] == "markdown"
+                and listing(script) in [b.rstrip("\n") for b in FENCE.findall(text)]]
+    assert f"`gpucourse/distributed/{script}.py`" in sources[where], (
+        f"the cell listing {script}.py should say where the whole script is")
+    runs = next(text for c, text in zip(notebook[where + 1:], sources[where + 1:])
+                if c["cell_type"] == "code")
+    assert re.search(rf'"-m",\s*"gpucourse\.distributed\.{script}"', runs), (
+        f"the first code cell after {script}.py's listing should run it: {runs[:80]!r}")
+
+
+def test_no_cell_prints_source_code():
+    prints_source = re.compile(r"\bkey_lines\b|\blisting\(|getsource|\.py['\"]\)?\s*\)?"
+                               r"\.read_text|open\([^)]*\.py['\"]")
+    for source in code_cells(EPISODE):
+        assert not prints_source.search(source), (
+            f"a code cell shows source as printed output: {source[:80]!r}; "
+            "list the lines in markdown as listing(script) returns them")
