@@ -1,5 +1,5 @@
 """Each episode states the time the course's own measure gives it (tools/episode_length.py),
-and fits one sitting (DESIGN §15) unless it says, in its first cell, how it splits into two."""
+and fits one sitting (DESIGN §15): about an hour of teaching, at most 4 objectives."""
 
 from __future__ import annotations
 
@@ -15,13 +15,6 @@ sys.path.insert(0, str(ROOT / "tools"))
 import episode_length  # noqa: E402 - a script in tools/, not a package
 
 EPISODES = sorted((ROOT / "episodes").glob("*.ipynb"))
-
-# Episodes longer than one sitting, and why they are not split (yet).
-TWO_SITTINGS = {
-    "10-language-model.ipynb": (
-        "fit, KV cache, prefill and decode lead into attention kernels, int8/int4 and LoRA on "
-        "the same model and helpers; the instructor notes say where to break"),
-}
 
 
 def _stated_minutes(path) -> int:
@@ -43,16 +36,9 @@ def test_the_stated_teaching_time_follows_the_courses_measure(path):
 
 
 @pytest.mark.parametrize("path", EPISODES, ids=[p.name for p in EPISODES])
-def test_an_episode_fits_one_sitting_or_says_how_it_splits(path):
+def test_an_episode_fits_one_sitting(path):
     problems = episode_length.measure(path).problems()
-    if path.name not in TWO_SITTINGS:
-        assert not problems, f"{path.name}: {'; '.join(problems)}"
-        return
-    assert problems, f"{path.name} fits one sitting now: take it off TWO_SITTINGS"
-    first_cell = "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"])
-    assert "two sittings" in first_cell, f"{path.name}'s first cell should say where it splits"
-    notes = (ROOT / "book" / "instructor-notes.md").read_text(encoding="utf-8")
-    assert "**Two sittings.**" in notes
+    assert not problems, f"{path.name}: {'; '.join(problems)}"
 
 
 def test_the_measure_flags_a_long_episode():
