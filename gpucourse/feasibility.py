@@ -28,7 +28,7 @@ CAPABILITIES_PATH = Path(__file__).parent / "references" / "capabilities.json"
 
 # The math backend keeps the float32 scores, their softmax and the causal mask for every
 # head: about 10 bytes per score element, measured with memory.TensorMeter on torch 2.13
-# (9.6 bytes at 1,024 tokens, 10.8 at 512; episode 10 §4 measures it again).
+# (9.6 bytes at 1,024 tokens, 10.8 at 512; episode 14 §1 measures it again).
 MATH_BYTES_PER_SCORE = 10
 
 
@@ -91,8 +91,8 @@ def gqa_fused_backends(capability: tuple[int, int], torch_version: str) -> list[
     Grouped-query attention is ``scaled_dot_product_attention(..., enable_gqa=True)`` with
     fewer key/value heads than query heads, as transformers calls it for SmolLM2 (9 query,
     3 key/value heads). Where this list is empty, torch falls back to the math backend,
-    which materialises every score: episode 10 then repeats the key/value heads itself so
-    that the memory-efficient kernel runs.
+    which materialises every score: episodes 10 and 14 then repeat the key/value heads
+    themselves so that the memory-efficient kernel runs.
 
     Parameters
     ----------
@@ -300,7 +300,7 @@ def lm_training_bytes(config: dict, batch: int, tokens: int, trainable: int,
 # ---- the episodes' full-size rows --------------------------------------------------------
 
 NOTEBOOK_CONSTANTS = {"GIB": 2**30, "MIB": 2**20}
-SMOLLM2 = {  # episode 10's model (gpucourse.llm.SMOLLM2_135M, repeated so no import is needed)
+SMOLLM2 = {  # episodes 10 and 14's model (llm.SMOLLM2_135M, repeated: no import needed)
     "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
     "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
     "tie_word_embeddings": True}
@@ -491,17 +491,22 @@ def _ep08(sizes, gpu, torch_version, notebook):
     return _mlp_speed_rows("08", sizes)
 
 
-def _ep10(sizes, gpu, torch_version, notebook):
-    """SmolLM2-135M: the KV-cache grid and time to first token (prefill; attention backend from
-    :func:`prefill_backend`), decoding batches, §4's forced math attention, and the float32
-    full and LoRA fine-tuning steps. The 16-bit model loaded first stays resident throughout."""
-    s, cfg = sizes["SIZES"], SMOLLM2
+def _smollm2_resident(gpu, torch_version, notebook):
+    """Episodes 10 and 14 load SmolLM2-135M first, in 16 bits, and keep it to the end: its
+    weight bytes, its prefill's attention backend (:func:`prefill_backend`) and its dtype."""
     capability = tuple(gpu["compute_capability"])
     dtype = "bfloat16" if feature_available("bf16_hardware", capability) else "float16"
     backend = prefill_backend(capability, torch_version, dtype,
                               passes_attn_implementation(notebook))
-    params = llama_parameters(cfg)
-    resident = 2 * params
+    return 2 * llama_parameters(SMOLLM2), backend
+
+
+def _ep10(sizes, gpu, torch_version, notebook):
+    """SmolLM2-135M: the KV-cache grid and time to first token (prefill; attention backend from
+    :func:`prefill_backend`) and the decoding batches. The 16-bit model loaded first stays
+    resident throughout."""
+    s, cfg = sizes["SIZES"], SMOLLM2
+    resident, backend = _smollm2_resident(gpu, torch_version, notebook)
     rows = [Row("10", 'SIZES["batches"]', f"prefill batch {b} × {t} tokens, "
                 f"{backend}", resident + lm_forward_bytes(cfg, b, t, 2, backend))
             for b in s["batches"] for t in s["contexts"]]
@@ -512,17 +517,29 @@ def _ep10(sizes, gpu, torch_version, notebook):
     rows += [Row("10", 'SIZES["decode_batches"]', f"decode batch {b}, {backend}",
                  resident + lm_forward_bytes(cfg, b, 64 + s["new_tokens"], 2, backend))
              for b in s["decode_batches"]]
+    return rows
+
+
+def _ep14(sizes, gpu, torch_version, notebook):
+    """SmolLM2-135M made cheaper: §1's forced math attention over the longest sequences, and
+    §4's float32 full and LoRA fine-tuning steps. The 16-bit model loaded first stays
+    resident throughout, as in episode 10; the int8 and int4 copies of §3 are deleted
+    before §4 loads the float32 models."""
+    s, cfg = sizes["SIZES"], SMOLLM2
+    capability = tuple(gpu["compute_capability"])
+    resident, _ = _smollm2_resident(gpu, torch_version, notebook)
+    params = llama_parameters(cfg)
     heads, head_dim = cfg["num_attention_heads"], cfg["head_dim"]
-    rows += [Row("10", "for backend in [SDPBackend.MATH, *fused]", f"math attention, {n} tokens",
-                 resident + 3 * heads * n * head_dim * 2
-                 + sdpa_peak_bytes(1, heads, heads, n, head_dim, 2, "math"))
-             for n in s["attention"]]
+    rows = [Row("14", "for backend in [SDPBackend.MATH, *fused]", f"math attention, {n} tokens",
+                resident + 3 * heads * n * head_dim * 2
+                + sdpa_peak_bytes(1, heads, heads, n, head_dim, 2, "math"))
+            for n in s["attention"]]
     student = 4 * params                          # the float32 model LoRA trains
     train_backend = sdpa_backend(capability, torch_version, "float32", grouped=True)
-    rows += [Row("10", "def step_peak", f"full fine-tuning, batch 4 × {s['seq']}, "
+    rows += [Row("14", "def step_peak", f"full fine-tuning, batch 4 × {s['seq']}, "
                  f"{train_backend}", resident + student + 4 * params
                  + lm_training_bytes(cfg, 4, s["seq"], params, train_backend)),
-             Row("10", 'SIZES["steps"]', f"LoRA r=8, batch 4 × {s['seq']}",
+             Row("14", 'SIZES["steps"]', f"LoRA r=8, batch 4 × {s['seq']}",
                  resident + student
                  + lm_training_bytes(cfg, 4, s["seq"], lora_parameters(cfg, 8), train_backend))]
     return rows
@@ -537,7 +554,7 @@ def _ep11(sizes, gpu, torch_version, notebook):
 
 
 ROW_BUILDERS = {"01": _ep01, "03": _ep03, "04": _ep04, "05": _ep05, "06": _ep06, "07": _ep07,
-                "08": _ep08, "10": _ep10, "11": _ep11}
+                "08": _ep08, "10": _ep10, "11": _ep11, "14": _ep14}
 
 
 def episode_rows(notebook: Path, gpu: dict, torch_version: str) -> list[Row]:

@@ -1,4 +1,4 @@
-"""A small language model for episode 10: real from the Hugging Face Hub, or its architecture offline.
+"""A small language model for episodes 10 and 14: from the Hugging Face Hub, or built offline.
 
 The real model is SmolLM2-135M (``HuggingFaceTB/SmolLM2-135M``, Apache-2.0; Allal et al. 2025,
 https://arxiv.org/abs/2502.02737), downloaded at one pinned revision into the course's data cache.
@@ -179,7 +179,7 @@ def import_libraries() -> dict:
     # torchao 0.13 and later warn that Int8WeightOnlyConfig's "version 1" is deprecated; version 2
     # does not exist in Colab's torchao 0.10, so the course keeps the default and hides that notice
     # (only that one). torchao 0.18 removes version 1; its int8 path still dequantizes the whole
-    # matrix without torch.compile (int8_tensor.py at v0.18.0), as episode 10 says.
+    # matrix without torch.compile (int8_tensor.py at v0.18.0), as episode 14 says.
     warnings.filterwarnings("ignore", message=r"(Config )?Deprecation", category=UserWarning, module=r"torchao\.")
     return {"transformers": transformers.__version__, "peft": peft.__version__, "torchao": torchao.__version__}
 

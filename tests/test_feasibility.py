@@ -2,9 +2,10 @@
 
 The central test holds every full-size row of every episode against every GPU model in
 ``gpucourse/references/capabilities.json``: a row must fit in 90 % of the GPU's memory, or
-the cell that runs it must catch ``torch.OutOfMemoryError``. Two tests show that it can fail:
-on a notebook built to lack episode 10's fix, and on the committed version that ran out of
-memory on a T4 (G4-1).
+the cell that runs it must catch ``torch.OutOfMemoryError``. Three tests show that it can fail:
+on notebooks built to lack episode 10's and episode 14's fixes, and on the committed version
+of episode 10 that ran out of memory on a T4 (G4-1). One more keeps the rows of episode 10
+before its split equal to those of episodes 10 and 14 after it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ EPISODES = sorted(Path(os.environ.get("FEASIBILITY_EPISODES", ROOT / "episodes")
 GPUS = feasibility.gpu_models()
 # The commit whose episode 10 ran out of memory on a T4 (batch 16 × 4096 on the math backend).
 BEFORE_G4_1 = "d6adf7e"
+# The last commit before episode 10's attention kernels, caches, weights and LoRA moved to
+# episode 14.
+BEFORE_SPLIT = "8b97fa7"
+EPISODE_10 = ROOT / "episodes" / "10-language-model.ipynb"
+EPISODE_14 = ROOT / "episodes" / "14-cheaper-language-model.ipynb"
 
 
 def course_torch_versions() -> list[str]:
@@ -254,14 +260,72 @@ def without_the_fix(source: str) -> str:
     return ast.unparse(tree)
 
 
+def fixture_without_the_fix(notebook: Path, folder: Path) -> Path:
+    """A copy of ``notebook``'s code cells, under its own name, as before G4-1's fix."""
+    sources = feasibility.code_cells(notebook)
+    return write_notebook(folder / notebook.name,
+                          [without_the_fix(s) if not s.lstrip().startswith(("%", "!"))
+                           else s for s in sources])
+
+
 def test_the_check_fails_on_episode_10_without_its_fix(tmp_path):
-    sources = feasibility.code_cells(ROOT / "episodes" / "10-language-model.ipynb")
-    fixture = write_notebook(tmp_path / "10-language-model.ipynb",
-                             [without_the_fix(s) if not s.lstrip().startswith(("%", "!"))
-                              else s for s in sources])
+    fixture = fixture_without_the_fix(EPISODE_10, tmp_path)
     stopping = feasibility.rows_that_stop(fixture, GPUS["T4"], "2.11.0")
     assert "prefill batch 16 × 4096 tokens, math" in [r.what for r in stopping]
     assert not feasibility.rows_that_stop(fixture, GPUS["A100 80GB"], "2.11.0")
+
+
+def test_the_check_fails_on_episode_14_without_its_handler(tmp_path, monkeypatch):
+    """Episode 14's longest math attention (8,192 tokens) fits every GPU of the table, so the
+    grid is stretched to 32,768 tokens (about 97 GB of scores): the check then stops without
+    ``attention_peak``'s handler and passes with it."""
+    sizes = json.loads((feasibility.settings.SIZES_DIR / "ep14.json").read_text())
+    sizes["full"]["attention"] = [*sizes["full"]["attention"], 32768]
+    (tmp_path / "ep14.json").write_text(json.dumps(sizes))
+    monkeypatch.setattr(feasibility.settings, "SIZES_DIR", tmp_path)
+    (tmp_path / "without").mkdir()
+    fixture = fixture_without_the_fix(EPISODE_14, tmp_path / "without")
+    stopping = [r.what for r in feasibility.rows_that_stop(fixture, GPUS["T4"], "2.11.0")]
+    assert stopping == ["math attention, 32768 tokens"]
+    assert not feasibility.rows_that_stop(EPISODE_14, GPUS["T4"], "2.11.0")
+
+
+def test_episode_14_has_the_rows_that_left_episode_10():
+    """Episode 10 keeps its prefill, first-token and decode rows; episode 14 has one math
+    attention row per sequence of its grid, then the full and LoRA fine-tuning steps."""
+    grid = feasibility.full_sizes(EPISODE_14)["SIZES"]["attention"]
+    for gpu in ("T4", "A100 80GB"):
+        ten = [r.what for r in feasibility.episode_rows(EPISODE_10, GPUS[gpu], "2.11.0")]
+        fourteen = [r for r in feasibility.episode_rows(EPISODE_14, GPUS[gpu], "2.11.0")]
+        assert ten and all(what.startswith(("prefill", "time to first", "decode"))
+                           for what in ten), gpu
+        assert [r.what.split(",")[0] for r in fourteen] == (
+            ["math attention"] * len(grid) + ["full fine-tuning", "LoRA r=8"]), gpu
+        assert {r.episode for r in fourteen} == {"14"}
+
+
+def test_the_split_kept_every_row_of_episode_10(tmp_path, monkeypatch):
+    """The rows of episode 10 before the split (its notebook and sizes file at BEFORE_SPLIT)
+    are those of episodes 10 and 14 now, on every GPU: no row was lost or changed size."""
+    shown = {path: subprocess.run(["git", "show", f"{BEFORE_SPLIT}:{path}"], cwd=ROOT,
+                                  capture_output=True, text=True)
+             for path in ("episodes/10-language-model.ipynb", "gpucourse/sizes/ep10.json")}
+    if any(result.returncode for result in shown.values()):
+        pytest.skip(f"commit {BEFORE_SPLIT} is not in this clone (a shallow checkout)")
+    rows_now = {gpu: [(r.cell, r.what, r.nbytes) for notebook in (EPISODE_10, EPISODE_14)
+                      for r in feasibility.episode_rows(notebook, GPUS[gpu], "2.11.0")]
+                for gpu in GPUS}
+    (tmp_path / "ep10.json").write_text(shown["gpucourse/sizes/ep10.json"].stdout)
+    old = tmp_path / "10-language-model.ipynb"
+    old.write_text(shown["episodes/10-language-model.ipynb"].stdout, encoding="utf-8")
+    monkeypatch.setattr(feasibility.settings, "SIZES_DIR", tmp_path)
+    for gpu in GPUS:
+        sizes = feasibility.full_sizes(old)
+        before = [(r.cell, r.what, r.nbytes) for build in (feasibility._ep10, feasibility._ep14)
+                  for r in build(sizes, GPUS[gpu], "2.11.0", old)]
+        assert before == rows_now[gpu], gpu
+        for cell, _, _ in before:
+            feasibility.cell_with(old, cell)        # each row named a cell before, too
 
 
 def test_the_check_fails_on_the_episode_10_that_ran_out_of_memory(tmp_path):

@@ -1,4 +1,5 @@
-"""Episode 10's attention on GPUs without fused grouped-query attention, and its last defences.
+"""Episodes 10 and 14's attention on GPUs without fused grouped-query attention, and their last
+defences.
 
 * ``llm.attention_implementation``: plain ``"sdpa"`` where a fused kernel takes grouped heads
   (an A100, an H100, the CPU), the registered ``"sdpa_repeat_kv"`` on a T4; the registered
@@ -6,8 +7,9 @@
 * ``llm.sdpa_backend_problem``: PyTorch's reason for the backend asked about, parsed from the
   header-then-reasons warnings a T4 gives, or from ``can_use_<backend>``, or the error.
 * torchao's configs leave float32 matmuls in FP32 (``set_inductor_config=False``).
-* Episode 10's out-of-memory handlers: the cells have them, and the prefill one reports a row
-  that does not fit and goes on.
+* The out-of-memory handlers of episode 10 (prefill, time to first token) and episode 14
+  (attention peaks): the cells have them, and the prefill one reports a row that does not fit
+  and goes on.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from gpucourse.fakecuda import MODELS, fake_gpu
 from gpucourse.memory import format_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-EPISODE = ROOT / "episodes" / "10-language-model.ipynb"
+EPISODE_10 = ROOT / "episodes" / "10-language-model.ipynb"
+EPISODE_14 = ROOT / "episodes" / "14-cheaper-language-model.ipynb"
 TRIGGER = " (Triggered internally at /pytorch/aten/src/ATen/native/transformers/cuda/sdp_utils.cpp:{}.)"
 
 
@@ -296,42 +299,46 @@ def test_int4_config_leaves_the_inductor_config_alone():
     assert llm.int4_config(group_size=64).set_inductor_config is False
 
 
-def test_episode_10s_int8_cell_passes_set_inductor_config_false():
-    int8_cells = [s for s in _code_cells() if "Int8WeightOnlyConfig(" in s]
+def test_episode_14s_int8_cell_passes_set_inductor_config_false():
+    int8_cells = [s for s in _code_cells(EPISODE_14) if "Int8WeightOnlyConfig(" in s]
     assert int8_cells and all("set_inductor_config=False" in s for s in int8_cells)
 
 
 # --- the last defence against OutOfMemoryError ---------------------------------------------
 
 
-def _code_cells():
-    cells = json.loads(EPISODE.read_text(encoding="utf-8"))["cells"]
+def _code_cells(episode: Path) -> list[str]:
+    cells = json.loads(episode.read_text(encoding="utf-8"))["cells"]
     return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
 
 
-def _cell_with(text):
-    found = [s for s in _code_cells() if text in s]
-    assert len(found) == 1, f"expected one code cell of episode 10 with {text!r}, found {len(found)}"
+def _cell_with(text, episode: Path = EPISODE_10):
+    found = [s for s in _code_cells(episode) if text in s]
+    assert len(found) == 1, (f"expected one code cell of {episode.name} with {text!r}, "
+                             f"found {len(found)}")
     return found[0]
 
 
-@pytest.mark.parametrize("marker", ["def prefill_cache_bytes(",          # §2's prefill rows
-                                    "ttft, tpot = generate_timed(model, prompt",   # TTFT
-                                    "def attention_peak("])               # §4's peaks
-def test_episode_10s_full_size_cells_catch_out_of_memory(marker):
-    source = _cell_with(marker)
+@pytest.mark.parametrize("episode, marker", [
+    (EPISODE_10, "def prefill_cache_bytes("),                      # episode 10's prefill rows
+    (EPISODE_10, "ttft, tpot = generate_timed(model, prompt"),     # its time to first token
+    (EPISODE_14, "def attention_peak("),                           # episode 14's peaks
+], ids=["10-prefill", "10-ttft", "14-attention"])
+def test_the_full_size_cells_catch_out_of_memory(episode, marker):
+    source = _cell_with(marker, episode)
     assert "except torch.OutOfMemoryError:" in source
     assert "llm.does_not_fit(" in source
 
 
-def test_load_model_is_given_the_attention_implementation_in_episode_10():
-    first = _cell_with("model, tokenizer, about = llm.load_model(")
+@pytest.mark.parametrize("episode", [EPISODE_10, EPISODE_14], ids=["10", "14"])
+def test_load_model_is_given_the_attention_implementation(episode):
+    first = _cell_with("model, tokenizer, about = llm.load_model(", episode)
     assert "attention = llm.attention_implementation(device)" in first
     assert "attn_implementation=attention" in first
 
 
 def test_int4_copy_is_loaded_only_where_int4_can_run():
-    source = _cell_with("why_not = llm.why_no_int4(device)")
+    source = _cell_with("why_not = llm.why_no_int4(device)", EPISODE_14)
     lines = source.splitlines()
     asked = next(i for i, line in enumerate(lines) if "llm.why_no_int4(device)" in line)
     guard = next(i for i, line in enumerate(lines) if line.startswith("if why_not is None"))
