@@ -36,6 +36,14 @@ FIRST_SCREEN = ["import torch.nn.functional as F", "print(llm.import_libraries()
                 "course_device.pick_device()", 'settings.sizes("ep10"', "def weight_dtype("]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def libraries_imported_first():
+    """transformers and torchao imported before any test fakes a GPU, as the notebook's imports
+    cell does: imported under the fake CUDA runtime, torch._dynamo looks for CUDA streams
+    that this CPU build lacks and the import fails."""
+    llm.import_libraries()
+
+
 @pytest.fixture
 def full_size(monkeypatch):
     """Sizes as a learner gets them: not the test suite's quick mode."""

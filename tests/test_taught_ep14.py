@@ -16,7 +16,7 @@ import re
 import pytest
 import torch
 
-from gpucourse import fakecuda, feasibility, reference, settings
+from gpucourse import fakecuda, feasibility, llm, reference, settings
 from taught import ROOT, cells_calling, code_cell, code_cells, prediction, run_marked
 
 EPISODE = "episodes/14-cheaper-language-model.ipynb"
@@ -32,6 +32,14 @@ def run(markers, namespace: dict | None = None) -> tuple[dict, str]:
 
 FIRST_SCREEN = ["print(llm.import_libraries())", "course_device.pick_device()",
                 'settings.sizes("ep14"', "def weight_dtype("]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def libraries_imported_first():
+    """transformers and torchao imported before any test fakes a GPU, as the notebook's imports
+    cell does: imported under the fake CUDA runtime, torch._dynamo looks for CUDA streams
+    that this CPU build lacks and the import fails."""
+    llm.import_libraries()
 
 
 @pytest.fixture
