@@ -1,4 +1,4 @@
-"""The short text episode 10 fine-tunes a language model on.
+"""The short text episode 14 fine-tunes a language model on.
 
 Written for the course (MIT, like the rest of it), so that it can ship with the package and
 be used offline. It is small on purpose: a few hundred tokens that a model can learn to
