@@ -2,8 +2,8 @@
 
 Each exercise has a list of plausible wrong answers named by their mistake: forgetting the 2 for keys and
 values, query heads instead of KV heads, GiB for GB, bits for bytes, seconds for milliseconds, the weights or
-the batch left out, rounding up, a full r × in × out matrix for LoRA, answers right on one case only, and
-constants. Every one must be rejected with a message that names its mistake.
+the batch left out, rounding up or down, answers right on one case only, and constants. Every one must be
+rejected with a message that names its mistake.
 """
 
 from __future__ import annotations
@@ -192,76 +192,7 @@ def test_q3_wrong_answers_are_named(name):
     assert_wrong(ep10.q3, (fn,), words)
 
 
-# --- q4: LoRA's trainable parameters -----------------------------------------------------------------
-
-def shapes(config):
-    h, d, i = config.hidden_size, config.head_dim, config.intermediate_size
-    q, kv = config.num_attention_heads * d, config.num_key_value_heads * d
-    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
-
-
-def lora_trainable(config, r, targets):
-    return config.num_hidden_layers * sum(r * sum(shapes(config)[t]) for t in targets)
-
-
-def lora_from_modules(config, r, targets):
-    """Another right way: count on a real model with the layers' own shapes."""
-    with torch.device("meta"):
-        from transformers import LlamaForCausalLM
-        model = LlamaForCausalLM(config)
-    return sum(r * (m.in_features + m.out_features) for name, m in model.named_modules()
-               if name.split(".")[-1] in targets)
-
-
-def lora_variant(rule, gqa=True, layers=True, attention="heads"):
-    def fn(config, r, targets):
-        s = shapes(config)
-        if attention == "hidden":
-            h = config.hidden_size
-            s = dict(s, q_proj=(h, h), o_proj=(h, h))
-        if not gqa:
-            s = {k: (i, config.hidden_size if k in ("k_proj", "v_proj") else o) for k, (i, o) in s.items()}
-        return (config.num_hidden_layers if layers else 1) * sum(rule(*s[t], r) for t in targets)
-    return fn
-
-
-Q4_WRONG = {
-    "a full r × in × out matrix": (lora_variant(lambda i, o, r: r * i * o), ["r × (in + out)"]),
-    "only A": (lora_variant(lambda i, o, r: r * i), ["only A"]),
-    "only B": (lora_variant(lambda i, o, r: r * o), ["only B"]),
-    "k and v without GQA": (lora_variant(lambda i, o, r: r * (i + o), gqa=False), ["grouped-query"]),
-    "forgot the layers": (lora_variant(lambda i, o, r: r * (i + o), layers=False), ["layers are missing"]),
-    "2 r hidden for every target": (lambda config, r, targets: config.num_hidden_layers * len(targets) * 2 * r
-                                    * config.hidden_size, ["intermediate_size"]),
-    "base weights counted": (lambda config, r, targets: lora_trainable(config, r, targets)
-                             + lora_variant(lambda i, o, r: i * o)(config, r, targets), ["frozen base weights"]),
-    "a constant": (lambda config, r, targets: 30720, ["for every case"]),
-    # q_proj and o_proj sized hidden_size -> hidden_size: passes while heads × head_dim = hidden_size everywhere
-    "q and o by hidden_size": (lora_variant(lambda i, o, r: r * (i + o), attention="hidden"),
-                               ["q_proj", "num_attention_heads × head_dim"]),
-}
-
-
-def test_q4_fixtures_separate_the_query_width_from_hidden_size():
-    """Some model of the check has num_attention_heads × head_dim != hidden_size."""
-    assert any(c.num_attention_heads * c.head_dim != c.hidden_size for _, c, _, _ in ep10._q4_cases())
-
-
-def test_q4_right_answers_pass_and_stub_is_not_done():
-    for fn in (lora_trainable, lora_from_modules):
-        result, message = outcome(ep10.q4, fn)
-        assert result == "correct", message
-    assert outcome(ep10.q4, ____)[0] == "not-done"
-
-
-@pytest.mark.parametrize("name", Q4_WRONG)
-def test_q4_wrong_answers_are_named(name):
-    fn, words = Q4_WRONG[name]
-    assert_wrong(ep10.q4, (fn,), words)
-
-
-# --- q5: the batch from which a step reads more cache than weights ---------------------------------
+# --- q4: the batch from which a step reads more cache than weights ---------------------------------
 
 def cache_read_batch(config, weight_dtype, cache_dtype, context):
     weights = llm.count_parameters(config) * size_of(weight_dtype)
@@ -290,7 +221,7 @@ def batch_variant(rounding=math.ceil, factor=2, heads="kv", head_dim="config", l
     return fn
 
 
-Q5_WRONG = {
+Q4_WRONG = {
     "rounded down": (batch_variant(rounding=math.floor), ["round up"]),
     "the exact ratio": (batch_variant(rounding=lambda x: x), ["round up", "ratio"]),
     "forgot the 2": (batch_variant(factor=1), ["keys *and* the values"]),
@@ -305,24 +236,24 @@ Q5_WRONG = {
 }
 
 
-def test_q5_right_answers_pass_and_stubs_are_not_done():
+def test_q4_right_answers_pass_and_stubs_are_not_done():
     for fn in (cache_read_batch, cache_read_batch_loop):
-        result, message = outcome(ep10.q5, fn)
+        result, message = outcome(ep10.q4, fn)
         assert result == "correct", message
-    assert outcome(ep10.q5, ____)[0] == "not-done"
-    assert outcome(ep10.q5, lambda config, wdt, cdt, n: ____)[0] == "not-done"
+    assert outcome(ep10.q4, ____)[0] == "not-done"
+    assert outcome(ep10.q4, lambda config, wdt, cdt, n: ____)[0] == "not-done"
 
 
-@pytest.mark.parametrize("name", Q5_WRONG)
-def test_q5_wrong_answers_are_named(name):
-    fn, words = Q5_WRONG[name]
-    assert_wrong(ep10.q5, (fn,), words)
+@pytest.mark.parametrize("name", Q4_WRONG)
+def test_q4_wrong_answers_are_named(name):
+    fn, words = Q4_WRONG[name]
+    assert_wrong(ep10.q4, (fn,), words)
 
 
-def test_q5_fixtures_separate_the_quantities_the_prompt_names():
+def test_q4_fixtures_separate_the_quantities_the_prompt_names():
     """Weight and cache dtypes differ somewhere; so do KV and query heads, and head_dim and hidden // heads;
     and no case's ratio is a whole number, so rounding down and up differ."""
-    cases = ep10._q5_cases()
+    cases = ep10._q4_cases()
     assert any(w != c for _, _, w, c, _ in cases)
     assert any(c.num_key_value_heads != c.num_attention_heads for _, c, _, _, _ in cases)
     assert any(c.head_dim != c.hidden_size // c.num_attention_heads for _, c, _, _, _ in cases)
@@ -382,7 +313,6 @@ def test_chat_model_download_is_pinned(monkeypatch):
     assert len(llm.INSTRUCT_REVISION) == 40
 
 
-
 def test_parameter_counts_match_the_published_sizes():
     assert llm.count_parameters(llm.llama_config("SmolLM2-135M")) == 134_515_008
     assert llm.count_parameters(llm.llama_config("Llama-2-7B")) == 6_738_415_616
@@ -403,37 +333,6 @@ def test_offline_model_is_refused_when_real_data_is_required(monkeypatch):
     monkeypatch.setenv("GPUCOURSE_REQUIRE_REAL_DATA", "1")
     with pytest.raises(StandInRefused):
         llm.load_model(device="cpu", dtype=torch.float32, layers=1)
-
-
-def test_lora_model_survives_peft_refusing_an_old_torchao(monkeypatch, capsys):
-    """Colab's peft 0.20 with torchao 0.10 raises this ImportError for plain LoRA; the helper goes on."""
-    import peft.tuners.lora.torchao as lora_torchao
-    from peft import LoraConfig
-
-    def refuse():
-        raise ImportError("Found an incompatible version of torchao. Found version 0.10.0, but only versions "
-                          "above 0.16.0 are supported")
-
-    monkeypatch.setattr(lora_torchao, "is_torchao_available", refuse)
-    config = llm.llama_config("SmolLM2-135M", num_hidden_layers=1, hidden_size=64, intermediate_size=64,
-                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=64)
-    from transformers import LlamaForCausalLM
-
-    monkeypatch.setattr(llm, "_PEFT_NOTICE_SHOWN", [])       # as in a fresh session
-    model = llm.lora_model(LlamaForCausalLM(config), LoraConfig(r=2, target_modules=["q_proj"]))
-    assert model.get_nb_trainable_parameters()[0] == 2 * (64 + 64)
-    llm.lora_model(LlamaForCausalLM(config), LoraConfig(r=2, target_modules=["q_proj"]))
-    printed = capsys.readouterr().out
-    assert printed.count("incompatible version of torchao") == 1, printed   # once, not per model
-
-
-def test_tensor_bytes_counts_quantized_weights():
-    from torchao.quantization import Int8WeightOnlyConfig, quantize_
-
-    llm.import_libraries()
-    layer = torch.nn.Sequential(torch.nn.Linear(64, 32))
-    quantize_(layer, Int8WeightOnlyConfig())
-    assert 64 * 32 <= llm.tensor_bytes(layer[0].weight) < 64 * 32 * 2     # int8 values and a scale per row
 
 
 def test_a_failed_download_falls_back_with_its_reason(monkeypatch):
@@ -472,23 +371,13 @@ def test_the_141_to_192_gb_cards_change_the_fit_conclusions():
     assert fits(weights_70b, "B200") and not fits(weights_70b, "H200")
 
 
-def test_qlora_says_why_it_cannot_run(monkeypatch):
-    import importlib.util
-
-    assert "CUDA GPU" in llm.bitsandbytes_status(on_gpu=False)
-    real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a))
-    assert "pip install bitsandbytes" in llm.bitsandbytes_status(on_gpu=True)
-
-
 # --- hints ------------------------------------------------------------------------------------------
 
 CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "sqrt", "√", "86_400", "86400", "os.", "torch.",
         "np.", "llm.", "math.", "state_dict", "getstate", "get_state", "fsync", "replace(", "config.", "_proj ")
 
 
-@pytest.mark.parametrize("exercise", [ep10.q1, ep10.q2, ep10.q3, ep10.q4, ep10.q5], ids=lambda q: q.name)
+@pytest.mark.parametrize("exercise", [ep10.q1, ep10.q2, ep10.q3, ep10.q4], ids=lambda q: q.name)
 def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
     question, method = exercise.hints                  # exactly two steps: a question, then the method
     assert question.rstrip().endswith("?"), question

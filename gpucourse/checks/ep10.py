@@ -1,17 +1,15 @@
 """Checks for episode 10, "A language model on one GPU".
 
 ``q1`` the bytes of a KV cache · ``q2`` the decode floor on a GPU of the table · ``q3`` the longest context
-that fits beside the weights · ``q4`` LoRA's trainable parameters · ``q5`` the batch from which a decode
-step reads more KV cache than weights.
+that fits beside the weights · ``q4`` the batch from which a decode step reads more KV cache than weights.
+(Episode 14's LoRA exercise is checked in ``ep14``, which shares this module's ``_judge``.)
 
 Every check calls the learner's function on several cases of its own, with different answers, so that a
 constant or an answer right for one case only cannot pass, and recomputes or measures the right result:
-``q1`` also runs a small Llama-type model and adds up the bytes its cache really holds; ``q3`` counts the
-parameters of each configuration on the meta device; ``q4`` builds each model with peft and asks peft for
-its own count of trainable parameters. A wrong answer that matches a known mistake on every case (or on the
-first case it gets wrong) is named.
+``q1`` and ``q4`` also run a small Llama-type model and add up the bytes its cache really holds; ``q3`` and
+``q4`` count the parameters of each configuration on the meta device. A wrong answer that matches a known
+mistake on every case (or on the most of the cases it got wrong) is named.
 """
-
 from __future__ import annotations
 
 import math
@@ -343,115 +341,9 @@ q3 = Exercise("ep10.q3", _check_context,
               solution=solution_link(NOTEBOOK))
 
 
-# --- q4: LoRA's trainable parameters --------------------------------------------------------------
-
-LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def _shapes(config) -> dict:
-    """(in, out) of each linear layer of a Llama-type decoder layer."""
-    h, i, d = config.hidden_size, config.intermediate_size, _head_dim(config)
-    return {"q_proj": (h, config.num_attention_heads * d), "k_proj": (h, config.num_key_value_heads * d),
-            "v_proj": (h, config.num_key_value_heads * d), "o_proj": (config.num_attention_heads * d, h),
-            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
-
-
-def _lora_formula(config, r, targets, *, rule=lambda i, o, r: r * (i + o), gqa=True, layers=None,
-                  query_by_hidden=False):
-    shapes = _shapes(config)
-    if query_by_hidden:
-        h = config.hidden_size
-        shapes = dict(shapes, q_proj=(h, h), o_proj=(h, h))
-    if not gqa:
-        shapes = {k: (i, config.hidden_size if k in ("k_proj", "v_proj") else o) for k, (i, o) in shapes.items()}
-    layers = config.num_hidden_layers if layers is None else layers
-    return layers * sum(rule(*shapes[t], r) for t in targets)
-
+# --- q4: the batch from which a step reads more cache than weights --------------------------------
 
 def _q4_cases():
-    tiny = _config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-                   num_key_value_heads=2, head_dim=16)
-    other = _config(vocab_size=128, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
-                    num_key_value_heads=1, head_dim=8)
-    # heads × head_dim (4 × 16 = 64) is not hidden_size (40), as in Gemma: q_proj and o_proj sized by hidden_size
-    # are told apart from the right ones only here
-    wide = _config(vocab_size=128, hidden_size=40, intermediate_size=72, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2, head_dim=16)
-    return [
-        ("r=4 on q_proj and v_proj", tiny, 4, ["q_proj", "v_proj"]),
-        ("r=8 on q, k, v and o", tiny, 8, ["q_proj", "k_proj", "v_proj", "o_proj"]),
-        ("r=2 on the MLP (gate, up, down)", other, 2, ["gate_proj", "up_proj", "down_proj"]),
-        ("r=16 on all seven linear layers", other, 16, list(LINEAR)),
-        ("r=4 on q, k, v and o of a model whose heads × head_dim (64) is not its hidden_size (40)", wide, 4,
-         ["q_proj", "k_proj", "v_proj", "o_proj"]),
-    ]
-
-
-def _peft_count(config, r, targets) -> int:
-    import torch
-
-    from ..llm import _quiet_imports, lora_model
-
-    with _quiet_imports():
-        from peft import LoraConfig
-        from transformers import LlamaForCausalLM
-    torch.manual_seed(84)
-    model = lora_model(LlamaForCausalLM(config), LoraConfig(r=r, target_modules=list(targets), task_type="CAUSAL_LM"))
-    return model.get_nb_trainable_parameters()[0]
-
-
-def _q4_mistakes(case) -> dict:
-    _, config, r, targets = case
-    return {
-        "you counted a full r × in × out matrix; LoRA learns two thin ones, A (r × in) and B (out × r): "
-        "r × (in + out) parameters per layer.": _lora_formula(config, r, targets, rule=lambda i, o, r: r * i * o),
-        "you counted only A (r × in); B (out × r) is trained too.":
-            _lora_formula(config, r, targets, rule=lambda i, o, r: r * i),
-        "you counted only B (out × r); A (r × in) is trained too.":
-            _lora_formula(config, r, targets, rule=lambda i, o, r: r * o),
-        "you treated k_proj and v_proj as hidden_size → hidden_size; with grouped-query attention they map to "
-        "num_key_value_heads × head_dim.": _lora_formula(config, r, targets, gqa=False),
-        "you sized q_proj and o_proj by hidden_size; q_proj maps hidden_size to num_attention_heads × head_dim "
-        "and o_proj maps that back, which is not hidden_size in every model.":
-            _lora_formula(config, r, targets, query_by_hidden=True),
-        "the layers are missing: every decoder layer gets its own adapters.":
-            _lora_formula(config, r, targets, layers=1),
-        "you counted r × 2 × hidden_size for every target; the MLP layers have intermediate_size on one side.":
-            _lora_formula(config, r, targets, rule=lambda i, o, r: 2 * r * config.hidden_size),
-        "you added the frozen base weights; only the adapters are trainable.":
-            _lora_formula(config, r, targets) + _lora_formula(config, r, targets, rule=lambda i, o, r: i * o),
-    }
-
-
-def _check_lora(lora_trainable):
-    require_function(lora_trainable, "lora_trainable")
-    results = []
-    for case in _q4_cases():
-        description, config, r, targets = case
-        what = f"lora_trainable(config, {r}, {targets}) for {description}"
-        got = as_number(what, call_answer(lora_trainable, config, r, list(targets), what=what))
-        results.append((case, got, _peft_count(config, r, targets)))
-    _judge(results, _q4_mistakes, lambda c: f"lora_trainable(config, {c[2]}, {c[3]}) for {c[0]}", "parameters",
-           whole=True)
-    from ..llm import llama_config
-
-    smol = _lora_formula(llama_config("SmolLM2-135M"), 8, ["q_proj", "k_proj", "v_proj", "o_proj"])
-    return (f"right on {len(results)} models, ranks and targets, each counted by peft itself. With r=8 on q, k, v "
-            f"and o, SmolLM2-135M trains {smol:,} of its 134,515,008 parameters ({smol / 134_515_008:.2%}).")
-
-
-q4 = Exercise("ep10.q4", _check_lora,
-              hint=("For one linear layer of out × in, what shapes do LoRA's two matrices have at rank r, and so how "
-                    "many numbers do they add?",
-                    "Add that count for each targeted projection, with its own in and out read from the configuration "
-                    "(the query and output projections use the query heads, the key and value projections the "
-                    "key/value heads, the MLP's projections its intermediate size), then multiply by the layers."),
-              solution=solution_link(NOTEBOOK))
-
-
-# --- q5: the batch from which a step reads more cache than weights --------------------------------
-
-def _q5_cases():
     import torch
 
     from ..llm import llama_config
@@ -485,7 +377,7 @@ def _cache_batch(config, weight_dtype, cache_dtype, context, *, params, per_sequ
     return rounding(params * weight_size / per_sequence)
 
 
-def _q5_mistakes(case, params) -> dict:
+def _q4_mistakes(case, params) -> dict:
     _, config, weight_dtype, cache_dtype, context = case
     batch = lambda **kw: _cache_batch(config, weight_dtype, cache_dtype, context, params=params, **kw)  # noqa: E731
     return {
@@ -513,7 +405,7 @@ def _check_cache_batch(cache_read_batch):
 
     require_function(cache_read_batch, "cache_read_batch")
     results, params = [], {}
-    for case in _q5_cases():
+    for case in _q4_cases():
         description, config, weight_dtype, cache_dtype, context = case
         params[description] = count_parameters(config)
         what = f"cache_read_batch(config, {weight_dtype}, {cache_dtype}, {context}) for {description}"
@@ -524,7 +416,7 @@ def _check_cache_batch(cache_read_batch):
         expected = _cache_batch(config, weight_dtype, cache_dtype, context, params=params[description],
                                 per_sequence=measured)
         results.append((case, got, expected))
-    _judge(results, lambda c: _q5_mistakes(c, params[c[0]]),
+    _judge(results, lambda c: _q4_mistakes(c, params[c[0]]),
            lambda c: f"cache_read_batch(config, {c[2]}, {c[3]}, {c[4]}) for {c[0]}", "sequences", whole=True)
     case, _, batch = results[2]
     weights = params[case[0]] * _element_size(case[2])
@@ -536,7 +428,7 @@ def _check_cache_batch(cache_read_batch):
             f"({h100 / 1e9:,.0f} GB/s): from there on, the cache is the larger part of what a step reads.")
 
 
-q5 = Exercise("ep10.q5", _check_cache_batch,
+q4 = Exercise("ep10.q4", _check_cache_batch,
               hint=("One decode step reads all the weights once, and the cache of every sequence of the batch. "
                     "How many bytes of cache does one sequence add to a step?",
                     "Divide the weight bytes (parameters × the weights' bytes per value) by the cache bytes of one "
@@ -544,4 +436,4 @@ q5 = Exercise("ep10.q5", _check_cache_batch,
               solution=solution_link(NOTEBOOK))
 
 
-__all__ = ["q1", "q2", "q3", "q4", "q5", "NotDone"]
+__all__ = ["q1", "q2", "q3", "q4", "NotDone"]

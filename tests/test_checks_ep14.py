@@ -1,0 +1,151 @@
+"""Episode 14's checks, three ways: right answers pass, stubs are "not done", wrong answers teach; and the
+helpers episode 14 uses for LoRA, int8 weights and QLoRA.
+
+The exercise has a list of plausible wrong answers named by their mistake: a full r × in × out matrix, A or B
+alone, k_proj and v_proj without grouped-query attention, q_proj and o_proj sized by hidden_size, the layers
+left out, the frozen base weights counted, and a constant. Every one must be rejected with a message that
+names its mistake.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpucourse import llm
+from gpucourse.checks import ep14
+from gpucourse.exercises import ____
+
+from checking import assert_wrong, outcome
+
+
+# --- q1: LoRA's trainable parameters -----------------------------------------------------------------
+
+def shapes(config):
+    h, d, i = config.hidden_size, config.head_dim, config.intermediate_size
+    q, kv = config.num_attention_heads * d, config.num_key_value_heads * d
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+
+def lora_trainable(config, r, targets):
+    return config.num_hidden_layers * sum(r * sum(shapes(config)[t]) for t in targets)
+
+
+def lora_from_modules(config, r, targets):
+    """Another right way: count on a real model with the layers' own shapes."""
+    with torch.device("meta"):
+        from transformers import LlamaForCausalLM
+        model = LlamaForCausalLM(config)
+    return sum(r * (m.in_features + m.out_features) for name, m in model.named_modules()
+               if name.split(".")[-1] in targets)
+
+
+def lora_variant(rule, gqa=True, layers=True, attention="heads"):
+    def fn(config, r, targets):
+        s = shapes(config)
+        if attention == "hidden":
+            h = config.hidden_size
+            s = dict(s, q_proj=(h, h), o_proj=(h, h))
+        if not gqa:
+            s = {k: (i, config.hidden_size if k in ("k_proj", "v_proj") else o) for k, (i, o) in s.items()}
+        return (config.num_hidden_layers if layers else 1) * sum(rule(*s[t], r) for t in targets)
+    return fn
+
+
+Q1_WRONG = {
+    "a full r × in × out matrix": (lora_variant(lambda i, o, r: r * i * o), ["r × (in + out)"]),
+    "only A": (lora_variant(lambda i, o, r: r * i), ["only A"]),
+    "only B": (lora_variant(lambda i, o, r: r * o), ["only B"]),
+    "k and v without GQA": (lora_variant(lambda i, o, r: r * (i + o), gqa=False), ["grouped-query"]),
+    "forgot the layers": (lora_variant(lambda i, o, r: r * (i + o), layers=False), ["layers are missing"]),
+    "2 r hidden for every target": (lambda config, r, targets: config.num_hidden_layers * len(targets) * 2 * r
+                                    * config.hidden_size, ["intermediate_size"]),
+    "base weights counted": (lambda config, r, targets: lora_trainable(config, r, targets)
+                             + lora_variant(lambda i, o, r: i * o)(config, r, targets), ["frozen base weights"]),
+    "a constant": (lambda config, r, targets: 30720, ["for every case"]),
+    # q_proj and o_proj sized hidden_size -> hidden_size: passes while heads × head_dim = hidden_size everywhere
+    "q and o by hidden_size": (lora_variant(lambda i, o, r: r * (i + o), attention="hidden"),
+                               ["q_proj", "num_attention_heads × head_dim"]),
+}
+
+
+def test_q1_fixtures_separate_the_query_width_from_hidden_size():
+    """Some model of the check has num_attention_heads × head_dim != hidden_size."""
+    assert any(c.num_attention_heads * c.head_dim != c.hidden_size for _, c, _, _ in ep14._q1_cases())
+
+
+def test_q1_right_answers_pass_and_stub_is_not_done():
+    for fn in (lora_trainable, lora_from_modules):
+        result, message = outcome(ep14.q1, fn)
+        assert result == "correct", message
+    assert outcome(ep14.q1, ____)[0] == "not-done"
+
+
+@pytest.mark.parametrize("name", Q1_WRONG)
+def test_q1_wrong_answers_are_named(name):
+    fn, words = Q1_WRONG[name]
+    assert_wrong(ep14.q1, (fn,), words)
+
+
+# --- the helpers ------------------------------------------------------------------------------------
+
+def test_lora_model_survives_peft_refusing_an_old_torchao(monkeypatch, capsys):
+    """Colab's peft 0.20 with torchao 0.10 raises this ImportError for plain LoRA; the helper goes on."""
+    import peft.tuners.lora.torchao as lora_torchao
+    from peft import LoraConfig
+
+    def refuse():
+        raise ImportError("Found an incompatible version of torchao. Found version 0.10.0, but only versions "
+                          "above 0.16.0 are supported")
+
+    monkeypatch.setattr(lora_torchao, "is_torchao_available", refuse)
+    config = llm.llama_config("SmolLM2-135M", num_hidden_layers=1, hidden_size=64, intermediate_size=64,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=64)
+    from transformers import LlamaForCausalLM
+
+    monkeypatch.setattr(llm, "_PEFT_NOTICE_SHOWN", [])       # as in a fresh session
+    model = llm.lora_model(LlamaForCausalLM(config), LoraConfig(r=2, target_modules=["q_proj"]))
+    assert model.get_nb_trainable_parameters()[0] == 2 * (64 + 64)
+    llm.lora_model(LlamaForCausalLM(config), LoraConfig(r=2, target_modules=["q_proj"]))
+    printed = capsys.readouterr().out
+    assert printed.count("incompatible version of torchao") == 1, printed   # once, not per model
+
+
+def test_tensor_bytes_counts_quantized_weights():
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    llm.import_libraries()
+    layer = torch.nn.Sequential(torch.nn.Linear(64, 32))
+    quantize_(layer, Int8WeightOnlyConfig())
+    assert 64 * 32 <= llm.tensor_bytes(layer[0].weight) < 64 * 32 * 2     # int8 values and a scale per row
+
+
+def test_qlora_says_why_it_cannot_run(monkeypatch):
+    import importlib.util
+
+    assert "CUDA GPU" in llm.bitsandbytes_status(on_gpu=False)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a))
+    assert "pip install bitsandbytes" in llm.bitsandbytes_status(on_gpu=True)
+
+
+# --- hints ------------------------------------------------------------------------------------------
+
+CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "sqrt", "√", "86_400", "86400", "os.", "torch.",
+        "np.", "llm.", "math.", "state_dict", "getstate", "get_state", "fsync", "replace(", "config.", "_proj ")
+
+
+@pytest.mark.parametrize("exercise", [ep14.q1], ids=lambda q: q.name)
+def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
+    question, method = exercise.hints                  # exactly two steps: a question, then the method
+    assert question.rstrip().endswith("?"), question
+    assert "?" not in method, method
+    for hint in exercise.hints:
+        assert not [code for code in CODE if code in hint], (exercise.name, hint)
+    exercise.hint()
+    first = capsys.readouterr().out
+    assert question in first and method not in first and "hint(2)" in first
+    exercise.hint(2)
+    assert method in capsys.readouterr().out
