@@ -16,7 +16,7 @@ import torch
 from gpucourse.checks import ep11
 from gpucourse.exercises import ____
 
-from checking import assert_wrong
+from checking import assert_two_step_hints, assert_wrong
 
 
 # --- q1: capture and restore ------------------------------------------------------------------
@@ -422,16 +422,7 @@ CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "sqrt", "â
 
 @pytest.mark.parametrize("exercise", [ep11.q1, ep11.q2, ep11.q3, ep11.q4], ids=lambda q: q.name)
 def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
-    question, method = exercise.hints                  # exactly two steps: a question, then the method
-    assert question.rstrip().endswith("?"), question
-    assert "?" not in method, method
-    for hint in exercise.hints:
-        assert not [code for code in CODE if code in hint], (exercise.name, hint)
-    exercise.hint()
-    first = capsys.readouterr().out
-    assert question in first and method not in first and "hint(2)" in first
-    exercise.hint(2)
-    assert method in capsys.readouterr().out
+    assert_two_step_hints(exercise, capsys, CODE)
 
 
 def test_q4_traces_tell_every_named_rule_apart():

@@ -17,7 +17,7 @@ import torch
 from gpucourse.checks import ep13
 from gpucourse.exercises import ____
 
-from checking import assert_wrong, outcome
+from checking import assert_two_step_hints, assert_wrong, outcome
 
 
 # --- q1 -----------------------------------------------------------------------------------------------
@@ -253,13 +253,4 @@ CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "torch.", 
 
 @pytest.mark.parametrize("exercise", [ep13.q1, ep13.q2, ep13.q3, ep13.q4], ids=lambda q: q.name)
 def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
-    question, method = exercise.hints
-    assert question.rstrip().endswith("?"), question
-    assert "?" not in method, method
-    for hint in exercise.hints:
-        assert not [code for code in CODE if code in hint], (exercise.name, hint)
-    exercise.hint()
-    first = capsys.readouterr().out
-    assert question in first and method not in first and "hint(2)" in first
-    exercise.hint(2)
-    assert method in capsys.readouterr().out
+    assert_two_step_hints(exercise, capsys, CODE)

@@ -16,7 +16,7 @@ from gpucourse import llm
 from gpucourse.checks import ep14
 from gpucourse.exercises import ____
 
-from checking import assert_wrong, outcome
+from checking import assert_two_step_hints, assert_wrong, outcome
 
 
 # --- q1: LoRA's trainable parameters -----------------------------------------------------------------
@@ -139,13 +139,4 @@ CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "sqrt", "â
 
 @pytest.mark.parametrize("exercise", [ep14.q1], ids=lambda q: q.name)
 def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
-    question, method = exercise.hints                  # exactly two steps: a question, then the method
-    assert question.rstrip().endswith("?"), question
-    assert "?" not in method, method
-    for hint in exercise.hints:
-        assert not [code for code in CODE if code in hint], (exercise.name, hint)
-    exercise.hint()
-    first = capsys.readouterr().out
-    assert question in first and method not in first and "hint(2)" in first
-    exercise.hint(2)
-    assert method in capsys.readouterr().out
+    assert_two_step_hints(exercise, capsys, CODE)

@@ -3,10 +3,10 @@
 The KV-cache measurement is written in a cell (``cache_bytes``: the bytes of the keys and values
 each layer of transformers' cache holds); later cells and the exercises' checks call
 ``llm.cache_bytes``, and the two must stay the same code. The device-map cells plan Llama 2 7B
-across two T4s on the meta device, with no GPU. The first screen runs with Apple's and Intel's
-GPUs faked (``fakecuda.fake_backend``) and under the fake CUDA runtime. The predict-then-reveal
+across two T4s on the meta device, with no GPU. The predict-then-reveal
 on the decode floor quotes the H100 record; each figure it quotes is worked out here from
-the record. Episode 14's cells are tested in ``tests/test_taught_ep14.py``.
+the record. Episode 14's cells are tested in ``tests/test_taught_ep14.py``, the first screen the
+two share in ``tests/test_taught_llm_first_screen.py``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 import torch
 
-from gpucourse import fakecuda, feasibility, llm, reference, settings
-from taught import (ROOT, assert_same_function, cells_calling, code_cell, code_cells, prediction,
+from gpucourse import feasibility, llm, reference, settings
+from taught import (ROOT, assert_same_function, code_cell, code_cells, prediction,
                     run_marked)
 
 EPISODE = "episodes/10-language-model.ipynb"
@@ -30,24 +29,6 @@ def cell(marker: str) -> str:
 
 def run(markers, namespace: dict | None = None) -> tuple[dict, str]:
     return run_marked(EPISODE, markers, namespace)
-
-
-FIRST_SCREEN = ["import torch.nn.functional as F", "print(llm.import_libraries())",
-                "course_device.pick_device()", 'settings.sizes("ep10"', "def weight_dtype("]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def libraries_imported_first():
-    """transformers and torchao imported before any test fakes a GPU, as the notebook's imports
-    cell does: imported under the fake CUDA runtime, torch._dynamo looks for CUDA streams
-    that this CPU build lacks and the import fails."""
-    llm.import_libraries()
-
-
-@pytest.fixture
-def full_size(monkeypatch):
-    """Sizes as a learner gets them: not the test suite's quick mode."""
-    monkeypatch.delenv("GPUCOURSE_QUICK", raising=False)
 
 
 # --------------------------------------------------------------------------- the KV cache, taught
@@ -90,38 +71,6 @@ def test_the_sizes_come_from_the_episodes_file_and_no_mode_table_is_left():
 
 
 # --------------------------------------------------------------------------- every device
-
-def test_the_device_is_chosen_as_episode_2_teaches():
-    chosen = cells_calling(EPISODE, "course_device.pick_device")
-    assert len(chosen) == 1 and "print(course_device.describe_choice(device))" in chosen[0]
-    assert not re.search(r"torch\.device\(\s*[\"']cuda[\"']\s*if", "\n".join(code_cells(EPISODE)))
-
-
-@pytest.mark.parametrize("kind, name", [("mps", "Apple GPU (MPS)"), ("xpu", "Intel(R) Arc(TM) A770")])
-def test_apple_and_intel_gpus_are_chosen_with_16_bit_weights(kind, name, full_size, monkeypatch):
-    monkeypatch.setattr(torch.xpu, "get_device_name", lambda device=None: "Intel(R) Arc(TM) A770")
-    with fakecuda.fake_backend(kind):
-        ns, out = run(FIRST_SCREEN)
-    assert ns["device"].type == kind and ns["gpu_name"] == name
-    assert f"device: {kind} (" in out and ns["SIZES"].describe() in out
-    assert ns["dtype"] == torch.float16
-
-
-@pytest.mark.parametrize("gpu, dtype", [("T4", torch.float16), ("H100", torch.bfloat16)])
-def test_nvidia_gpus_get_bfloat16_only_where_they_run_it_natively(gpu, dtype, full_size):
-    with fakecuda.fake_gpu(gpu, nvidia_smi=False, children=False):
-        ns, out = run(FIRST_SCREEN)
-        assert ns["device"] == torch.device("cuda:0") and ns["dtype"] == dtype
-    assert ns["SIZES"].mode == "full" and ns["SIZES"]["layers"] is None
-    assert out.count("device: cuda:0 (") == 1
-
-
-def test_the_cpu_keeps_float32_and_the_reduced_sizes(full_size):
-    ns, out = run(FIRST_SCREEN)
-    assert ns["device"] == torch.device("cpu") and ns["gpu_name"] is None
-    assert ns["dtype"] == torch.float32 and ns["SIZES"].mode == "reduced"
-    assert "device: cpu" in out
-
 
 def test_cuda_only_parts_say_so_or_take_another_way_elsewhere():
     assert cell("reference.gpu_model(gpu_name)").startswith('if device.type == "cuda":')

@@ -1,8 +1,8 @@
 """Episode 14's sizes, its cells on every device, and its predict-then-reveal.
 
 Episode 14 goes on from episode 10 with the same model, loaded by the same first cells
-(device, sizes, dtype); they run here with Apple's and Intel's GPUs faked
-(``fakecuda.fake_backend``) and under the fake CUDA runtime. The CUDA-only parts (fused
+(device, sizes, dtype), which tests/test_taught_llm_first_screen.py runs for both episodes on
+every device. The CUDA-only parts (fused
 attention probes, the FP8 cache's rounding, QLoRA's bitsandbytes) say so or take another way
 elsewhere. The prediction on the math backend's peak is answered with the H100 record's
 figure as ``reference.key_figure`` prints it.
@@ -13,39 +13,14 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-import torch
-
-from gpucourse import fakecuda, feasibility, llm, reference, settings
-from taught import ROOT, cells_calling, code_cell, code_cells, prediction, run_marked
+from gpucourse import feasibility, reference, settings
+from taught import ROOT, code_cell, code_cells, prediction
 
 EPISODE = "episodes/14-cheaper-language-model.ipynb"
 
 
 def cell(marker: str) -> str:
     return code_cell(EPISODE, marker)
-
-
-def run(markers, namespace: dict | None = None) -> tuple[dict, str]:
-    return run_marked(EPISODE, markers, namespace)
-
-
-FIRST_SCREEN = ["print(llm.import_libraries())", "course_device.pick_device()",
-                'settings.sizes("ep14"', "def weight_dtype("]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def libraries_imported_first():
-    """transformers and torchao imported before any test fakes a GPU, as the notebook's imports
-    cell does: imported under the fake CUDA runtime, torch._dynamo looks for CUDA streams
-    that this CPU build lacks and the import fails."""
-    llm.import_libraries()
-
-
-@pytest.fixture
-def full_size(monkeypatch):
-    """Sizes as a learner gets them: not the test suite's quick mode."""
-    monkeypatch.delenv("GPUCOURSE_QUICK", raising=False)
 
 
 # --------------------------------------------------------------------------- sizes
@@ -76,39 +51,6 @@ def test_the_largest_prefill_quoted_is_episode_10s():
 
 
 # --------------------------------------------------------------------------- every device
-
-def test_the_device_is_chosen_as_episode_2_teaches():
-    chosen = cells_calling(EPISODE, "course_device.pick_device")
-    assert len(chosen) == 1 and "print(course_device.describe_choice(device))" in chosen[0]
-    assert not re.search(r"torch\.device\(\s*[\"']cuda[\"']\s*if", "\n".join(code_cells(EPISODE)))
-
-
-@pytest.mark.parametrize("kind, name", [("mps", "Apple GPU (MPS)"),
-                                        ("xpu", "Intel(R) Arc(TM) A770")])
-def test_apple_and_intel_gpus_are_chosen_with_16_bit_weights(kind, name, full_size, monkeypatch):
-    monkeypatch.setattr(torch.xpu, "get_device_name", lambda device=None: "Intel(R) Arc(TM) A770")
-    with fakecuda.fake_backend(kind):
-        ns, out = run(FIRST_SCREEN)
-    assert ns["device"].type == kind and ns["gpu_name"] == name
-    assert f"device: {kind} (" in out and ns["SIZES"].describe() in out
-    assert ns["dtype"] == torch.float16
-
-
-@pytest.mark.parametrize("gpu, dtype", [("T4", torch.float16), ("H100", torch.bfloat16)])
-def test_nvidia_gpus_get_bfloat16_only_where_they_run_it_natively(gpu, dtype, full_size):
-    with fakecuda.fake_gpu(gpu, nvidia_smi=False, children=False):
-        ns, out = run(FIRST_SCREEN)
-        assert ns["device"] == torch.device("cuda:0") and ns["dtype"] == dtype
-    assert ns["SIZES"].mode == "full" and ns["SIZES"]["layers"] is None
-    assert out.count("device: cuda:0 (") == 1
-
-
-def test_the_cpu_keeps_float32_and_the_reduced_sizes(full_size):
-    ns, out = run(FIRST_SCREEN)
-    assert ns["device"] == torch.device("cpu") and ns["gpu_name"] is None
-    assert ns["dtype"] == torch.float32 and ns["SIZES"].mode == "reduced"
-    assert "device: cpu" in out
-
 
 def test_cuda_only_parts_say_so_or_take_another_way_elsewhere():
     assert 'llm.bitsandbytes_status(device.type == "cuda")' in cell("bitsandbytes_status")
