@@ -371,6 +371,20 @@ def model_bytes(model) -> int:
     return total
 
 
+def weight_dtype(device):
+    """16 bits on a GPU (bfloat16 where CUDA runs it natively), float32 on a CPU.
+
+    Episode 10 writes this function in a cell; episode 14, which loads the same model, calls it
+    here (tests/test_taught_ep10.py keeps the two the same code).
+    """
+    import torch
+
+    if device.type != "cuda":           # float16 runs on Apple's GPU on any macOS
+        return torch.float32 if device.type == "cpu" else torch.float16
+    native = torch.cuda.is_bf16_supported(including_emulation=False)   # Ampere on
+    return torch.bfloat16 if native else torch.float16
+
+
 def cache_bytes(cache) -> int:
     """Bytes of the keys and values a transformers cache holds, added up layer by layer.
 
@@ -652,7 +666,7 @@ def bitsandbytes_status(on_gpu: bool) -> str | None:
 
 
 __all__ = ["REPO_ID", "REVISION", "LICENCE", "SMOLLM2_135M", "CONFIGS", "FIT_GPUS", "INT4_UNAVAILABLE",
-           "INSTRUCT_REPO_ID", "INSTRUCT_REVISION", "load_chat_model", "TokenClock",
+           "INSTRUCT_REPO_ID", "INSTRUCT_REVISION", "load_chat_model", "TokenClock", "weight_dtype",
            "int4_config", "why_no_int4", "REPEAT_KV", "SDPA_WARNING_HEADERS", "sdpa_repeat_kv_attention",
            "register_repeat_kv", "attention_implementation", "prefill_backend",
            "does_not_fit", "strip_trigger", "reason_after_header", "sdpa_backend_problem",

@@ -39,6 +39,13 @@ def test_the_cache_measurement_is_written_in_a_cell_and_is_llms_helper():
     assert "cache.layers" in taught and "layer.keys" in taught and "layer.values" in taught
 
 
+def test_the_weight_dtype_is_written_in_a_cell_and_is_llms_helper():
+    """Episode 10 teaches the choice in a cell; episode 14 calls llm.weight_dtype."""
+    assert_same_function(EPISODE, "weight_dtype", llm.weight_dtype)
+    assert "dtype = llm.weight_dtype(device)" in code_cell(
+        "episodes/14-cheaper-language-model.ipynb", "llm.weight_dtype(")
+
+
 def test_the_prefill_rows_are_measured_with_the_taught_function():
     source = cell("def prefill_cache_bytes(")
     assert re.search(r"return cache_bytes\(cache\)", source)

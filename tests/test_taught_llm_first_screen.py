@@ -19,7 +19,7 @@ FIRST_SCREENS = {
         "course_device.pick_device()", 'settings.sizes("ep10"', "def weight_dtype("],
     "episodes/14-cheaper-language-model.ipynb": [
         "print(llm.import_libraries())", "course_device.pick_device()", 'settings.sizes("ep14"',
-        "def weight_dtype("],
+        "dtype = llm.weight_dtype(device)"],
 }
 EPISODES = list(FIRST_SCREENS)
 
