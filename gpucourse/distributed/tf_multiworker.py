@@ -105,12 +105,13 @@ def main(argv=None) -> None:
         optimizer.apply_gradients(zip(grads, model.trainable_variables))   # all-reduces the gradients
         return loss
 
-    # >>> 5. one step on every replica, the losses summed   (one process: call replica_step itself)
     @tf.function
     def train_step(xb, yb):
+        # >>> 5. in train_step, a @tf.function: each replica one step, losses summed   (one process: call replica_step itself)
         per_replica = strategy.run(replica_step, args=(xb, yb))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-    # <<<
+        loss = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        # <<<
+        return loss
 
     for epoch in range(args.epochs):
         losses = [float(train_step(xb, yb)) for xb, yb in dist_dataset]
