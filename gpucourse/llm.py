@@ -19,7 +19,7 @@ error it tells peft, for this call only, that torchao is absent; plain LoRA does
 (in LoRA the only call is ``dispatch_torchao`` in ``peft/tuners/lora/torchao.py``). peft's
 message is printed once per session.
 
-``generate_timed`` streams ``model.generate``'s tokens into a ``TokenClock``, which gives the
+``TokenClock`` takes ``model.generate``'s tokens as a streamer and gives the
 serving metrics by their usual names: time to first token (TTFT), inter-token latency (ITL)
 and output tokens per second. ``load_chat_model`` fetches SmolLM2-135M-Instruct, whose
 tokenizer has a chat template, at a pinned revision.

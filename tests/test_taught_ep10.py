@@ -2,7 +2,8 @@
 
 The KV-cache measurement is written in a cell (``cache_bytes``: the bytes of the keys and values
 each layer of transformers' cache holds); later cells and the exercises' checks call
-``llm.cache_bytes``, and the two must stay the same code. The device-map cells plan Llama 2 7B
+``llm.cache_bytes``, and the two must stay the same code; so must the timed-generation
+functions and ``gpucourse.generation``, which episode 14 calls. The device-map cells plan Llama 2 7B
 across two T4s on the meta device, with no GPU. The predict-then-reveal
 on the decode floor quotes the H100 record; each figure it quotes is worked out here from
 the record. Episode 14's cells are tested in ``tests/test_taught_ep14.py``, the first screen the
@@ -14,9 +15,10 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import torch
 
-from gpucourse import feasibility, llm, reference, settings
+from gpucourse import feasibility, generation, llm, reference, settings
 from taught import (ROOT, assert_same_function, code_cell, code_cells, prediction,
                     run_marked)
 
@@ -44,6 +46,18 @@ def test_the_weight_dtype_is_written_in_a_cell_and_is_llms_helper():
     assert_same_function(EPISODE, "weight_dtype", llm.weight_dtype)
     assert "dtype = llm.weight_dtype(device)" in code_cell(
         "episodes/14-cheaper-language-model.ipynb", "llm.weight_dtype(")
+
+
+GENERATION = ["generate_timed", "generate_clocked", "show_metrics"]
+
+
+@pytest.mark.parametrize("name", GENERATION)
+def test_the_timed_generation_is_written_in_cells_and_is_generations_helper(name):
+    """Episode 10 teaches timing generation in cells; episode 14 calls gpucourse.generation."""
+    assert_same_function(EPISODE, name, getattr(generation, name))
+    later = "\n".join(code_cells("episodes/14-cheaper-language-model.ipynb"))
+    assert f"def {name}(" not in later
+    assert f"{name}(" in later
 
 
 def test_the_prefill_rows_are_measured_with_the_taught_function():
