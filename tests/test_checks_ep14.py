@@ -3,8 +3,10 @@ helpers episode 14 uses for LoRA, int8 weights and QLoRA.
 
 The exercise has a list of plausible wrong answers named by their mistake: a full r × in × out matrix, A or B
 alone, k_proj and v_proj without grouped-query attention, q_proj and o_proj sized by hidden_size, the layers
-left out, the frozen base weights counted, and a constant. Every one must be rejected with a message that
-names its mistake.
+left out, the frozen base weights counted, and a constant; for q2, accepted draft tokens counted as
+independent, the large model's own token forgotten, every draft accepted, the draft's cost left out or
+charged once, the ratio upside down, and the closed form dividing by zero at alpha = 1. Every one must be
+rejected with a message that names its mistake.
 """
 
 from __future__ import annotations
@@ -88,6 +90,72 @@ def test_q1_wrong_answers_are_named(name):
     assert_wrong(ep14.q1, (fn,), words)
 
 
+# --- q2: what a draft model buys ----------------------------------------------------------------------
+
+def speedup_sum(alpha, k, c):
+    return sum(alpha ** i for i in range(k + 1)) / (1 + k * c)
+
+
+def speedup_closed_form(alpha, k, c):
+    """Another right way: the geometric sum's closed form, with alpha = 1 handled on its own."""
+    tokens = k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return tokens / (1 + k * c)
+
+
+def speedup_simulated(alpha, k, c):
+    """Another right way: the expected run worked out as a chain of probabilities, in numpy."""
+    import numpy as np
+
+    keep_first_i = np.cumprod(np.full(k, alpha))          # P(the first i drafts all accepted)
+    return float((1 + keep_first_i.sum()) / (1 + k * c))
+
+
+Q2_WRONG = {
+    "k alpha independent tokens": (lambda a, k, c: (1 + k * a) / (1 + k * c), ["k × alpha", "alpha**i"]),
+    "no token of its own": (lambda a, k, c: sum(a ** i for i in range(1, k + 1)) / (1 + k * c),
+                            ["one token of its own"]),
+    "every draft accepted": (lambda a, k, c: (k + 1) / (1 + k * c), ["every draft token is accepted"]),
+    "draft free": (lambda a, k, c: sum(a ** i for i in range(k + 1)), ["draft's cost"]),
+    "draft once": (lambda a, k, c: sum(a ** i for i in range(k + 1)) / (1 + c), ["once per pass"]),
+    "upside down": (lambda a, k, c: (1 + k * c) / sum(a ** i for i in range(k + 1)), ["other way up"]),
+    "closed form at alpha = 1": (lambda a, k, c: (1 - a ** (k + 1)) / (1 - a) / (1 + k * c),
+                                 ["alpha = 1", "divided by zero", "k + 1"]),
+    "a constant": (lambda a, k, c: 2.8, ["for every case"]),
+}
+
+
+def test_q2_fixtures_separate_what_the_prompt_distinguishes():
+    """Every pair of the model's quantities differs on some case: a run vs independent drafts, k draft
+    steps vs one, the large model's own token, and alpha = 1 is among them."""
+    cases = ep14._q2_cases()
+    forms = ["run", "run without its own", "independent", "all"]
+    for i, a in enumerate(forms):
+        for b in forms[i + 1:]:
+            assert any(ep14._speedup(*x, tokens=a) != ep14._speedup(*x, tokens=b) for x in cases), (a, b)
+    assert any(ep14._speedup(*x, draft="k") != ep14._speedup(*x, draft="once") for x in cases)
+    assert any(alpha == 1 for alpha, _, _ in cases) and any(alpha == 0 for alpha, _, _ in cases)
+
+
+def test_q2_right_answers_pass_and_stub_is_not_done():
+    for fn in (speedup_sum, speedup_closed_form, speedup_simulated):
+        result, message = outcome(ep14.q2, fn)
+        assert result == "correct", message
+    assert "2.80×" in outcome(ep14.q2, speedup_sum)[1]
+    assert outcome(ep14.q2, ____)[0] == "not-done"
+    assert outcome(ep14.q2, lambda a, k, c: ____)[0] == "not-done"
+
+
+@pytest.mark.parametrize("name", Q2_WRONG)
+def test_q2_wrong_answers_are_named(name):
+    fn, words = Q2_WRONG[name]
+    assert_wrong(ep14.q2, (fn,), words)
+
+
+def test_q2_a_division_by_zero_elsewhere_is_not_blamed_on_alpha_one():
+    message = assert_wrong(ep14.q2, (lambda a, k, c: 1 / a,), ["speculative_speedup(0.0, 3, 0.1)"])
+    assert "alpha = 1" not in message
+
+
 # --- the helpers ------------------------------------------------------------------------------------
 
 def test_lora_model_survives_peft_refusing_an_old_torchao(monkeypatch, capsys):
@@ -137,6 +205,6 @@ CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "sqrt", "�
         "np.", "llm.", "math.", "state_dict", "getstate", "get_state", "fsync", "replace(", "config.", "_proj ")
 
 
-@pytest.mark.parametrize("exercise", [ep14.q1], ids=lambda q: q.name)
+@pytest.mark.parametrize("exercise", [ep14.q1, ep14.q2], ids=lambda q: q.name)
 def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
     assert_two_step_hints(exercise, capsys, CODE)

@@ -1,6 +1,8 @@
 """Checks for episode 14, "A language model made cheaper".
 
 ``q1`` LoRA's trainable parameters for a rank and a set of target modules.
+``q2`` the expected speed-up of speculative decoding for an acceptance rate, a draft length and a
+draft's cost.
 
 The check calls the learner's function on several models, ranks and targets of its own, with different
 answers, so that a constant or an answer right for one case only cannot pass; it builds each model with
@@ -8,6 +10,10 @@ peft and asks peft for its own count of trainable parameters. One model has num_
 different from hidden_size, as in Gemma, so that sizing the query and output projections by hidden_size
 is caught. A wrong answer that matches a known mistake on every case (or on the most of the cases it got
 wrong) is named, with episode 10's ``_judge``.
+
+q2's cases separate what its prompt distinguishes: a run of accepted tokens from k independent
+ones (α between 0 and 1, k ≥ 2), the draft's k steps from one (c > 0, k ≥ 2), the large model's
+own token (α = 0 gives 1 token, not 0), and α = 1, where the closed form divides by zero.
 """
 
 from __future__ import annotations
@@ -124,4 +130,77 @@ q1 = Exercise("ep14.q1", _check_lora,
               solution=solution_link(NOTEBOOK))
 
 
-__all__ = ["q1", "NotDone"]
+# --- q2: what a draft model buys ------------------------------------------------------------------
+
+def _speedup(alpha, k, c, *, tokens="run", draft="k"):
+    """Leviathan et al. (2023), arXiv:2211.17192, Theorem 3.8: the tokens a pass gives over its cost.
+
+    A pass: the draft proposes k tokens (k steps of cost c), the large model checks them in one pass
+    of cost 1, keeps the longest accepted run and adds one token of its own. The run reaches i tokens
+    with probability alpha**i, so a pass gives 1 + alpha + ... + alpha**k tokens.
+    """
+    given = {"run": sum(alpha ** i for i in range(k + 1)),
+             "run without its own": sum(alpha ** i for i in range(1, k + 1)),
+             "independent": 1 + k * alpha,
+             "all": k + 1}[tokens]
+    cost = {"k": 1 + k * c, "once": 1 + c, "free": 1}[draft]
+    return given / cost
+
+
+def _q2_cases():
+    return [(0.8, 4, 0.05), (0.6, 2, 0.1), (0.9, 7, 0.02), (0.0, 3, 0.1), (1.0, 3, 0.05), (0.5, 1, 0.3)]
+
+
+def _q2_mistakes(case) -> dict:
+    alpha, k, c = case
+    return {
+        "you counted k × alpha accepted tokens, as if each draft token stood on its own; a draft token is "
+        "kept only if every one before it was accepted too, so the pass keeps i of them with probability "
+        "alpha**i: 1 + alpha + alpha**2 + … + alpha**k tokens.": _speedup(alpha, k, c, tokens="independent"),
+        "you counted only the draft's accepted tokens; every pass of the large model also gives one token of "
+        "its own (its correction, or one more after a fully accepted run), so even alpha = 0 gives 1 token.":
+            _speedup(alpha, k, c, tokens="run without its own"),
+        "you assumed every draft token is accepted; each is accepted with probability alpha.":
+            _speedup(alpha, k, c, tokens="all"),
+        "you left out the draft's cost: the draft runs k steps per pass, each costing c of a large-model "
+        "pass, so a pass costs 1 + k × c.": _speedup(alpha, k, c, draft="free"),
+        "you charged the draft once per pass; it proposes its k tokens one at a time, k steps of cost c: "
+        "a pass costs 1 + k × c.": _speedup(alpha, k, c, draft="once"),
+        "that is the ratio the other way up: the speed-up is the tokens a pass gives over what the pass "
+        "costs, in passes of the large model alone.": 1 / _speedup(alpha, k, c),
+    }
+
+
+def _explain_q2(exc, case):
+    if isinstance(exc, ZeroDivisionError) and case[0] == 1:
+        return (f"speculative_speedup{case} divided by zero: at alpha = 1 every draft token is "
+                "accepted, and (1 - alpha**(k + 1)) / (1 - alpha) is 0 / 0. There the sum "
+                "1 + alpha + … + alpha**k is simply k + 1: add the terms, or treat alpha = 1 on its own.")
+    return None
+
+
+def _check_speedup(speculative_speedup):
+    require_function(speculative_speedup, "speculative_speedup")
+    results = []
+    for case in _q2_cases():
+        what = f"speculative_speedup{case}"
+        got = as_number(what, call_answer(speculative_speedup, *case, what=what,
+                                               explain=lambda exc: _explain_q2(exc, case)))
+        results.append((case, got, _speedup(*case)))
+    _judge(results, _q2_mistakes, lambda c: f"speculative_speedup{c}", "× faster", whole=False)
+    good, poor = _speedup(0.8, 4, 0.05), _speedup(0.5, 4, 0.05)
+    return (f"right on {len(results)} cases. A draft that agrees 80 % of the time, 4 tokens a pass at 5 % of "
+            f"the large model's cost each, makes decoding {good:.2f}× faster; at 50 % only {poor:.2f}×, and "
+            f"a draft that never agrees makes it {_speedup(0.0, 4, 0.05):.2f}×, slower than alone.")
+
+
+q2 = Exercise("ep14.q2", _check_speedup,
+              hint=("In one pass, what is the chance that the large model keeps the first draft token, the first "
+                    "two, the first i, and what else does the pass always give?",
+                    "The expected tokens of a pass are one of the large model's own plus, for each i from 1 to k, "
+                    "the chance alpha to the power i that the first i draft tokens are all accepted; the pass costs "
+                    "one large-model pass plus k draft steps of c each; the speed-up is the first over the second."),
+              solution=solution_link(NOTEBOOK))
+
+
+__all__ = ["q1", "q2", "NotDone"]
