@@ -256,15 +256,19 @@ def backend() -> str:
 
 
 def pick_device(index: int = 0) -> "torch.device":
-    """cuda:index if that GPU exists, else Apple's mps, else an Intel xpu, else the CPU.
+    """cuda:index if this PyTorch can compute on it, else Apple's mps, else an Intel xpu, else
+    the CPU.
 
     Episode 2 writes this function out in a cell; every later PyTorch episode calls it from
     here (tests/test_device_choice.py keeps the two equal). AMD GPUs under ROCm are "cuda".
     """
     import torch
 
+    from gpucourse import device as course_device     # the name episode 2's cell uses
+
     if torch.cuda.is_available() and index < torch.cuda.device_count():
-        return torch.device(f"cuda:{index}")
+        if course_device.cuda_problem(index) is None:   # a P100 under cu128: a problem
+            return torch.device(f"cuda:{index}")
     if torch.backends.mps.is_available():
         return torch.device("mps")
     if hasattr(torch, "xpu") and torch.xpu.is_available():
@@ -282,6 +286,11 @@ MPS_FALLBACK = ("PyTorch has no kernel for this operation on Apple's GPU (MPS) y
 def describe_choice(device) -> str:
     """One line on the device :func:`pick_device` chose and what it means for this episode."""
     import torch
+
+    if torch.device(device).type == "cpu" and torch.cuda.is_available():
+        problem = cuda_problem(0)
+        if problem:
+            return f"device: cpu, because {problem}"
 
     device = torch.device(device)
     if device.type == "cuda":
@@ -404,6 +413,38 @@ def arch_supported(arch, arch_list) -> bool:
     """True if a build with ``arch_list`` (``torch.cuda.get_arch_list()``) has code that runs on
     ``arch`` (a compute capability ``(major, minor)`` or an AMD ``gcnArchName``); see :func:`kernel_for`."""
     return kernel_for(arch, arch_list) is not None
+
+
+def cuda_problem(index: int = 0) -> str | None:
+    """Why this PyTorch cannot compute on GPU ``index`` although ``torch.cuda.is_available()``
+    says True, or None.
+
+    ``is_available()`` only counts GPUs; a build without code for the GPU's architecture fails at
+    the first kernel ("no kernel image is available for execution on the device"). That is
+    Kaggle's Tesla P100 (compute capability 6.0) under the CUDA 12.8 and 13.0 wheels, which start
+    at 7.5. A build that lists no targets is trusted.
+    """
+    import torch
+
+    archs = torch.cuda.get_arch_list()
+    if torch.version.hip:
+        arch = torch.cuda.get_device_properties(index).gcnArchName
+        shown = arch.split(":")[0]
+    else:
+        arch = torch.cuda.get_device_capability(index)
+        shown = f"compute capability {arch[0]}.{arch[1]}"
+    if not archs or kernel_for(arch, archs) is not None:
+        return None
+    return (f"this PyTorch has no code for {torch.cuda.get_device_name(index)} ({shown}): it was "
+            f"built for {' '.join(archs)}. Episode 2 shows how to find a build that has it.")
+
+
+def cuda_usable(index: int = 0) -> bool:
+    """``torch.cuda.is_available()``, GPU ``index`` exists, and this build has code for it."""
+    import torch
+
+    return (torch.cuda.is_available() and index < torch.cuda.device_count()
+            and cuda_problem(index) is None)
 
 
 def loaded_libraries(fragment: str) -> list[str]:

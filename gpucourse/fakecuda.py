@@ -47,6 +47,11 @@ MIB, GIB = 2**20, 2**30
 # newer models are torch's own print-outs (``_CudaDeviceProperties(... total_memory=97250MB``),
 # which give whole MiB: the bytes here are that count times 2**20, exact to under one MiB.
 MODELS = {
+    # Kaggle's older GPU. torch: name='Tesla P100-PCIE-16GB', major=6, minor=0,
+    # total_memory=16280MB, multi_processor_count=56. No torch wheel in ARCH_FLAGS has code for
+    # it (the CUDA 12.8 and 13.0 wheels start at 7.5): the course must run on the CPU there.
+    "P100": dict(name="Tesla P100-PCIE-16GB", total_memory=16_280 * MIB, major=6, minor=0,
+                 multi_processor_count=56),
     "T4": dict(name="Tesla T4", total_memory=15_828_320_256, major=7, minor=5, multi_processor_count=40),
     "L4": dict(name="NVIDIA L4", total_memory=23_580_639_232, major=8, minor=9, multi_processor_count=58),
     # deviceQuery on an A100-SXM4-40GB: "40339 MBytes (42298834944 bytes)", (108) Multiprocessors

@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from . import checkpoint
 from .atomic import save_atomic
+from .device import cuda_usable
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -121,7 +122,7 @@ def main(argv=None, functions: dict | None = None) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
     args.out.mkdir(parents=True, exist_ok=True)
-    use_cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
+    use_cuda = cuda_usable() if args.device == "auto" else args.device == "cuda"
     device = torch.device("cuda" if use_cuda else "cpu")
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)

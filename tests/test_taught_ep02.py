@@ -177,19 +177,11 @@ def test_without_a_gpu_the_cells_check_colabs_and_kaggles_gpus():
     assert "(yours)" not in printed
 
 
-@pytest.fixture
-def p100(monkeypatch):
-    """Kaggle's P100: compute capability 6.0 (what the check reads), 56 SMs, 16 GB."""
-    monkeypatch.setitem(fakecuda.MODELS, "P100", dict(
-        name="Tesla P100-PCIE-16GB", total_memory=16 * 2**30, major=6, minor=0,
-        multi_processor_count=56))
-
-
 @pytest.mark.parametrize("model, verdict", [
     ("T4", "7.5  runs the sm_75 code"), ("H100", "9.0  runs the sm_90 code"),
     ("P100", "6.0  NO code for it in this build"),
 ])
-def test_on_a_gpu_the_cell_checks_the_learners_own(p100, model, verdict):
+def test_on_a_gpu_the_cell_checks_the_learners_own(model, verdict):
     with fakecuda.fake_gpu(model, nvidia_smi=False, children=False):
         available = torch.cuda.is_available()        # True on the P100 as well
         _, printed = run(ARCH_LIST, ARCH_CHECK)

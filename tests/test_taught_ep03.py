@@ -109,7 +109,7 @@ def test_a_gpu_xgboost_cannot_reach_is_one_line_not_a_cpu_time_called_gpu():
 def test_the_sizes_come_from_the_episodes_file_and_every_name_the_cells_use_is_in_it():
     sources = code_cells(EPISODE)
     assert not any("}[MODE]" in source for source in sources), "no three-mode table in a cell"
-    assert 'SIZES = settings.sizes("ep03", gpu_available=torch.cuda.is_available())' in _cell(
+    assert 'SIZES = settings.sizes("ep03", gpu_available=course_device.cuda_usable())' in _cell(
         "settings.sizes(")
     table = json.loads((settings.SIZES_DIR / "ep03.json").read_text(encoding="utf-8"))
     used = set(re.findall(r"SIZES\[[\"'](\w+)[\"']\]", "\n".join(sources)))

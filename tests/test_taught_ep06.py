@@ -182,7 +182,7 @@ def test_the_sizes_file_has_the_same_keys_in_each_row_and_the_notebook_reads_it(
 
     assert set(table) == set(settings.MODES)
     assert keys(table["full"]) == keys(table["reduced"]) == keys(table["quick"])
-    assert 'SIZES = settings.sizes("ep06", gpu_available=torch.cuda.is_available())' in \
+    assert 'SIZES = settings.sizes("ep06", gpu_available=course_device.cuda_usable())' in \
         code_cell("settings.sizes(")
     assert not re.search(r"\}\[MODE\]", "\n".join("".join(c["source"]) for c in cells(EPISODE)))
     # the whole GPU at full size; everywhere else a budget, larger on CUDA (its 20 MiB segments)

@@ -135,7 +135,7 @@ def test_the_sizes_come_from_the_sizes_file():
     table = json.loads((settings.SIZES_DIR / "ep07.json").read_text())
     assert set(table) == set(settings.MODES)
     assert len({tuple(row) for row in table.values()}) == 1, "the three rows need the same keys"
-    assert 'settings.sizes("ep07", gpu_available=torch.cuda.is_available())' in cell_with(
+    assert 'settings.sizes("ep07", gpu_available=course_device.cuda_usable())' in cell_with(
         "SIZES = ")
     assert not any(re.search(r"\}\[MODE\]", s) for s in code_cells(EP07))
 

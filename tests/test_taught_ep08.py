@@ -57,7 +57,7 @@ def test_the_sizes_come_from_the_episodes_file_with_three_like_rows():
     keys = {mode: set(row) for mode, row in table.items()}
     assert keys["full"] == keys["reduced"] == keys["quick"], keys
     source = "\n".join(code_cells(EPISODE))
-    assert 'settings.sizes("ep08", gpu_available=torch.cuda.is_available())' in source
+    assert 'settings.sizes("ep08", gpu_available=course_device.cuda_usable())' in source
     assert "print(SIZES.describe())" in source
     assert not re.search(r"\}\[MODE\]", source), "a three-mode table is still in the notebook"
     assert feasibility.full_sizes(ROOT / EPISODE)["SIZES"] == table["full"]

@@ -93,7 +93,7 @@ def test_the_rank_0_checkpoint_loads_into_a_plain_model_on_the_chosen_device():
 def test_the_sizes_come_from_the_episodes_file_and_every_name_the_cells_use_is_in_it():
     sources = code_cells(EPISODE)
     assert not any("}[MODE]" in source for source in sources), "no three-mode table in a cell"
-    assert 'SIZES = settings.sizes("ep09", gpu_available=torch.cuda.is_available())' in code_cell(
+    assert 'SIZES = settings.sizes("ep09", gpu_available=course_device.cuda_usable())' in code_cell(
         EPISODE, "settings.sizes(")
     table = json.loads((settings.SIZES_DIR / "ep09.json").read_text(encoding="utf-8"))
     assert set(table) == set(settings.MODES)
@@ -137,7 +137,7 @@ def test_cuda_only_calls_are_asked_for_a_cuda_gpu():
         assert 'torch.device("cuda" if' not in source
         cuda_calls = set(re.findall(r"torch\.cuda\.(\w+)", source)) - {"is_available"}
         if cuda_calls:
-            assert "torch.cuda.is_available()" in source or "n_gpus >= 2" in source, source[:80]
+            assert ("course_device.cuda_usable()" in source or "n_gpus >= 2" in source), source[:80]
 
 
 # --------------------------------------------------------------------------- predict, then reveal

@@ -33,6 +33,7 @@ from unittest import mock
 import numpy as np
 
 from .. import timing
+from ..device import cuda_usable
 from ..exercises import error_message
 from ..exercises import Exercise, answer_deadline, NotDone, Wrong, as_number, is_blank, require_function, solution_link
 from ..exercises import call_answer as _call
@@ -564,7 +565,7 @@ def _check_train_step(train_step):
             raise Wrong(f"on {case}, train_step returned {value:.6g}, but the loss of this batch is "
                         f"{expected_loss.item():.6g}: return loss.item() of the loss you called backward() on.")
     extra = ""
-    if torch.cuda.is_available():                            # and once for real, on this machine's GPU
+    if cuda_usable():                                        # and once for real, on this machine's GPU
         device = torch.device("cuda", 0)
         model = _mlp(4, 8, seed=7).to(device)
         X = np.random.default_rng(7).normal(size=(16, 4))
@@ -792,7 +793,7 @@ def _check_loader(host_loader, t_pageable, t_pinned):
         if times[name] <= 0:
             raise Wrong(f"{name} is {times[name]:g}; the seconds of one epoch are more than 0.")
     ratio = times["t_pinned"] / times["t_pageable"]
-    if torch.cuda.is_available():
+    if cuda_usable():
         verdict = (f"Here pinned takes ×{ratio:.2f} the time of pageable. Below 1, pinning and non_blocking copies "
                    "saved more than the extra copy into pinned memory cost; above 1, the per-batch pinning in the "
                    "main process cost more than it saved (with num_workers > 0, a background thread in the main process pins batches while the loop trains).")

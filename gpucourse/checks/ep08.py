@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from ..device import cuda_usable
 from ..exercises import NO_GPU_TEXT, Exercise, Wrong, as_number, require_function, solution_link, tensors_close
 from ..exercises import call_answer as _call
 
@@ -77,10 +78,10 @@ def capstone_model(seed: int, features: int = 15, width: int = 64):
 
 
 def capstone_device():
-    """Where the check runs both loops: the GPU if there is one, else the CPU."""
+    """Where the check runs both loops: the GPU if there is one this PyTorch can use, else the CPU."""
     import torch
 
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device("cuda" if cuda_usable() else "cpu")
 
 
 REQUIRED_SPEEDUP = 3.0

@@ -21,12 +21,13 @@ import numpy as np
 import torch
 
 from .. import kernels
+from ..device import cuda_usable
 from ..exercises import NotDone, Exercise, Wrong, as_number, describe, require_function, \
     solution_link
 from ..exercises import call_answer as _call
 
 NOTEBOOK = "12-gpu-kernels.ipynb"
-if not torch.cuda.is_available():
+if not cuda_usable():
     os.environ.setdefault(kernels.INTERPRET_ENV, "1")     # before triton is first imported
     os.environ.setdefault(kernels.SIMULATOR_ENV, "1")
 

@@ -31,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from gpucourse.atomic import save_atomic, writable_folder
+from gpucourse.device import cuda_usable
 
 
 def make_data(n_samples: int, n_features: int = 16, seed: int = 0) -> TensorDataset:
@@ -83,7 +84,7 @@ def pick_device(local_rank: int, local_world_size: int = 1) -> tuple[torch.devic
     More processes on a node than visible GPUs is an error, not a silent move to the CPU: two
     processes on one GPU would compete for its memory, and a mix of GPU and CPU ranks cannot talk.
     """
-    if not torch.cuda.is_available():
+    if not cuda_usable():                           # no GPU, or none this build has code for
         return torch.device("cpu"), "gloo"          # collectives over TCP between CPU processes
     visible, needed = torch.cuda.device_count(), max(local_rank + 1, local_world_size)
     if needed > visible:

@@ -32,6 +32,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gpucourse.device import cuda_usable
+
 N_FEATURES = 16
 GLOBAL_BATCH = 64          # divisible by 1, 2 and 4 ranks
 
@@ -99,7 +101,7 @@ def pick_device(local_rank: int, local_world_size: int, wanted: str = "auto") ->
     """
     if wanted not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device {wanted!r} is not one of 'auto', 'cpu', 'cuda'")
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = torch.cuda.device_count() if cuda_usable() else 0
     if wanted == "cpu" or (wanted == "auto" and gpus < local_world_size):
         return "cpu", "gloo"
     if gpus < local_world_size:
