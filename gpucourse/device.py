@@ -247,7 +247,7 @@ def backend() -> str:
     import torch
 
     usable = [name for name, ok in (
-        ("cuda", torch.cuda.is_available()),
+        ("cuda", cuda_usable()),           # counted, and this build has code for it
         ("mps", getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()),
         ("xpu", hasattr(torch, "xpu") and torch.xpu.is_available()),
     ) if ok]

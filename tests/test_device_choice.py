@@ -83,7 +83,9 @@ def test_a_gpu_this_build_has_no_code_for_is_passed_over_with_the_reason():
         chosen = course_device.pick_device()
         line = course_device.describe_choice(chosen)
         usable = course_device.cuda_usable()
+        summary = course_device.backend()
     assert chosen == torch.device("cpu") and not usable
+    assert summary.endswith("usable devices: the CPU only")
     assert "Tesla P100-PCIE-16GB" in problem and "compute capability 6.0" in problem
     assert "sm_75" in problem and line == f"device: cpu, because {problem}"
 
