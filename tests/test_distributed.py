@@ -231,6 +231,13 @@ def test_first_error_is_the_root_cause_not_torchruns_report():
                         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
                         "  error_file: <N/A>"])
     assert first_error(output) == "RuntimeError: boom in rank 1"
+    # The ranks share one stream: the other rank's "peer gone" may be printed before the cause.
+    timeout = ("[rank1]: RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+               "[127.0.0.1]:47540\n[rank0]: RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:81] "
+               "Timed out waiting 2000ms for recv operation to complete")
+    assert first_error(timeout) == "RuntimeError: Timed out waiting 2000ms for recv operation to complete"
+    alone = "[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:47540"
+    assert first_error(alone) == "RuntimeError: Connection closed by peer [127.0.0.1]:47540"
     assert first_error("ddp_train.py: error: argument --lr: invalid float value: 'x'").startswith("error: argument")
     assert first_error("all went well\n  error_file: <N/A>") is None
 

@@ -316,6 +316,9 @@ def _print_short(runs: list, labels: list, timeout: float, log, lines: str | Non
 _ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?(?:[\w.-]+\.py: )?"            # "[rank1]: ", "prog.py: "
                          r"((?:[\w.]+(?:Error|Exception)|[\w.]*error)(?::\s.*|$))")   # "ValueError: ...", "error: ..."
 _NOT_THE_CAUSE = ("ChildFailedError", "SignalException")
+#: What a rank reports when another rank has already failed and left: an effect, not the cause. The
+#: two ranks write to one stream, so such a line may come before the cause (a timeout, say) does.
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
 #: "[/__w/pytorch/pytorch/third_party/gloo/.../unbound_buffer.cc:78] ": where in C++ the error was
 #: raised, which says nothing to the reader of a Python error.
 _SOURCE_LOCATION = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|cu|h|hpp):\d+\] ")
@@ -325,14 +328,18 @@ def first_error(output: str) -> str | None:
     """The first line of ``output`` that names an error (``ValueError: ...``, ``error: ...``), if any.
 
     The root cause comes first: torchrun's own ``ChildFailedError`` report and the errors of the
-    workers it then stopped come after it. The C++ source location some errors carry (Gloo's
-    ``[.../unbound_buffer.cc:78]``) is left out.
+    workers it then stopped come after it. A rank's "connection closed by peer" is an effect of
+    another rank's failure, whatever its place in the output: it is named only when no other error
+    is. The C++ source location some errors carry (Gloo's ``[.../unbound_buffer.cc:78]``) is left
+    out.
     """
+    errors = []
     for line in output.splitlines():
         m = _ERROR_LINE.match(line.strip())
         if m and not any(skip in line for skip in _NOT_THE_CAUSE):
-            return _SOURCE_LOCATION.sub("", m.group(1)).strip()
-    return None
+            errors.append(_SOURCE_LOCATION.sub("", m.group(1)).strip())
+    causes = [e for e in errors if not any(effect in e for effect in _PEER_GONE)]
+    return (causes or errors or [None])[0]
 
 
 def run_with_deadline(commands: list, env, deadline: float) -> list:
