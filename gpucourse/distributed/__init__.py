@@ -325,7 +325,7 @@ _SOURCE_LOCATION = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|cu|h|hpp):\d+\] ")
 
 
 def first_error(output: str) -> str | None:
-    """The first line of ``output`` that names an error (``ValueError: ...``, ``error: ...``), if any.
+    """The error line of ``output`` (``ValueError: ...``, ``error: ...``) that names the cause, if any.
 
     The root cause comes first: torchrun's own ``ChildFailedError`` report and the errors of the
     workers it then stopped come after it. A rank's "connection closed by peer" is an effect of
