@@ -13,7 +13,9 @@ The fix: :class:`RaceFreeProvisioner`, a ``LocalProvisioner`` whose kernels talk
 IPC (Unix domain sockets) in a folder of their own, so no port is ever chosen. Where
 IPC is not available (Windows, a temporary folder whose path is too long for a
 socket), the ports are chosen under a lock shared by every process on this machine,
-which is held until the kernel listens on all of them.
+which is held until the kernel listens on all of them, and below the machine's
+ephemeral range, from which the system takes the ports of outgoing connections, so no
+TCP client elsewhere can be given one in the meantime either.
 
 :func:`install` makes it the default for every kernel this process starts (nbval,
 nbclient, myst-nb / jupyter-cache: all go through jupyter_client's
@@ -35,7 +37,8 @@ from typing import Any
 from jupyter_client.provisioning import LocalProvisioner
 from jupyter_client.provisioning.factory import KernelProvisionerFactory
 
-__all__ = ["NAME", "RaceFreeProvisioner", "install", "ipc_possible", "setup"]
+__all__ = ["NAME", "RaceFreeProvisioner", "ephemeral_range", "free_ports_below_the_ephemeral_range", "install",
+           "ipc_possible", "setup"]
 
 NAME = "gpucourse-race-free"
 # A Unix socket's path must fit in sockaddr_un.sun_path: 108 bytes on Linux, 104 on macOS.
@@ -74,6 +77,12 @@ class RaceFreeProvisioner(LocalProvisioner):
         if km is not None and km.transport == "tcp":
             self._lock = _machine_lock()
             self._lock.acquire()
+            if km.cache_ports and not self.ports_cached:      # a restart keeps its ports
+                ports = free_ports_below_the_ephemeral_range(km.ip, len(_PORTS))
+                if ports:
+                    for name, port in zip(_PORTS, ports):
+                        setattr(km, name, port)
+                    self.ports_cached = True
         try:
             return await super().pre_launch(**kwargs)
         except BaseException:
@@ -101,6 +110,42 @@ class RaceFreeProvisioner(LocalProvisioner):
             self._lock = None
 
 
+_PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
+_LOWEST_PORT = 20000       # above the ports that services usually listen on
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports this system gives outgoing connections (Linux: ip_local_port_range)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535    # IANA's dynamic range: the default on macOS and Windows
+
+
+def free_ports_below_the_ephemeral_range(ip: str, count: int) -> list[int]:
+    """``count`` ports that nothing listens on now, between 20000 and the ephemeral range
+    ([] if the range starts too low to leave room)."""
+    import random
+
+    low = ephemeral_range()[0]
+    candidates = list(range(_LOWEST_PORT, low))
+    if len(candidates) < 100 * count:
+        return []
+    random.SystemRandom().shuffle(candidates)
+    chosen = []
+    for port in candidates:
+        with socket.socket() as probe:
+            try:
+                probe.bind((ip, port))
+            except OSError:
+                continue
+        chosen.append(port)
+        if len(chosen) == count:
+            return chosen
+    return []
+
+
 def _machine_lock():
     from filelock import FileLock
 
@@ -109,8 +154,7 @@ def _machine_lock():
 
 async def _wait_until_listening(provisioner: LocalProvisioner, info: dict) -> None:
     """Return once the kernel accepts connections on all its TCP ports, or has exited."""
-    ports = [info[k] for k in ("shell_port", "iopub_port", "stdin_port", "control_port",
-                               "hb_port")]
+    ports = [info[k] for k in _PORTS]
     deadline = time.monotonic() + PORT_WAIT_S
     while ports and time.monotonic() < deadline:
         if provisioner.process is not None and provisioner.process.poll() is not None:

@@ -75,8 +75,12 @@ def run(out, *, timeout: float, kill_at: int | None = None, sig: int = signal.SI
     or when it prints a line that starts with ``kill_when``.
 
     SIGKILL goes to the whole process group (the script and any DataLoader workers); another
-    signal (SIGUSR1, SIGTERM) goes to the script alone, which saves and stops.
+    signal (SIGUSR1, SIGTERM) goes to the script alone, which saves and stops. The script waits
+    after printing step ``kill_at`` until the signal comes, so the signal lands at that step
+    however long a busy machine takes to pass the line on (a few steps take milliseconds).
     """
+    if kill_at is not None:
+        options.setdefault("pause_at", kill_at)
     start = time.perf_counter()
     proc = track(subprocess.Popen(command(out, **options), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, env=_env(env), start_new_session=True,

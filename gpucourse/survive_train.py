@@ -64,6 +64,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="print nothing (for runs inside a notebook)")
     p.add_argument("--slow-save", type=float, default=0.0,
                    help="(tests) pause this many seconds halfway through writing each checkpoint")
+    p.add_argument("--pause-at", type=int, default=None,
+                   help="(tests) after printing this step, wait up to 60 s for a signal, so that a "
+                        "kill sent on reading the step lands there and not a few steps later")
     args = p.parse_args(argv)
     sizes = (args.epochs, args.samples, args.batch, args.width, args.every, args.threads, args.keep)
     if min(sizes) < 1 or args.samples < args.batch:
@@ -131,6 +134,13 @@ def main(argv=None, functions: dict | None = None) -> None:
     finally:
         torch.set_num_threads(threads)   # called in a notebook: give the kernel its threads back
         torch.use_deterministic_algorithms(deterministic)
+
+
+def _wait_for_a_signal(most: float) -> None:
+    """Sleep until a stop is asked for (SIGKILL needs no asking) or ``most`` seconds pass."""
+    until = time.monotonic() + most
+    while not _stop and time.monotonic() < until:
+        time.sleep(0.01)
 
 
 def _saving_slowly(pause: float):
@@ -213,6 +223,8 @@ def train(args, device: torch.device, functions: dict) -> None:
             step += 1
             done = epoch * steps_per_epoch + step
             say(f"step {done} loss {loss:.5f}")
+            if done == args.pause_at:
+                _wait_for_a_signal(60.0)
             stopping = done == args.stop_after or bool(_stop)
             if done % args.every == 0 or stopping:
                 save(capture(model, optimizer, scaler, scheduler, epoch, step),

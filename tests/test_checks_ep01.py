@@ -362,6 +362,32 @@ def test_q3_wrong_timers(timer, words):
     assert_wrong(ep01.q3, (timer,), words)
 
 
+def _paused_on_call(timer, number, pause):
+    """``timer``, with this process paused for ``pause`` s after fn() in its ``number``-th call."""
+    calls = []
+
+    def paused(fn, sync):
+        calls.append(1)
+
+        def fn_then_pause(*args, **kwargs):
+            fn(*args, **kwargs)
+            if len(calls) == number:
+                time.sleep(pause)     # a busy machine running something else
+        return timer(fn_then_pause, sync)
+
+    return paused
+
+
+def test_q3_a_pause_of_the_machine_does_not_fail_a_right_timer():
+    result, message = outcome(ep01.q3, _paused_on_call(right_timer, 1, 0.5))
+    assert result == "correct", message
+
+
+def test_q3_a_pause_does_not_change_what_a_naive_timer_is_told():
+    # its second call times the long case: 0.1 s there is neither the work nor nothing
+    assert_wrong(ep01.q3, (_paused_on_call(naive_timer, 2, 0.1),), "only QUEUES the work")
+
+
 def test_q3_no_constant_passes():
     """The two cases' accepted windows do not overlap, so no fixed number can pass both."""
     (_, high1), (low2, _) = ep01.WORK_RANGES_S

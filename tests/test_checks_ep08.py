@@ -310,6 +310,18 @@ def test_q1_original_is_deliberately_much_slower():
     assert slow / best > 1.5 * ep08.REQUIRED_SPEEDUP, (slow, best)
 
 
+def test_q1_times_cpu_work_not_the_wall_clock():
+    """On the CPU the check counts this process's CPU time: time the machine spends on other
+    programs (here: a sleep, which uses none) cannot change a verdict."""
+    import time
+
+    busy = lambda: sum(i * i for i in range(200_000))      # noqa: E731
+    waiting, _ = ep08._time(lambda: time.sleep(0.3), 1, torch.device("cpu"))
+    working, _ = ep08._time(busy, 1, torch.device("cpu"))
+    assert waiting < 0.05, waiting
+    assert working > 0, working
+
+
 def _timed(fn, model, X, y, steps=60, batch=256):
     """CPU time of this thread: under one_thread() all of PyTorch's work runs here, and other processes
     on a busy machine cannot add to it (wall-clock ratios ranged 5.5-10.9x under load, these 6.3-7.3x)."""

@@ -150,6 +150,11 @@ def test_without_ipc_the_ports_are_chosen_under_the_machine_wide_lock(tmp_path, 
     kernel = started[0]
     try:
         assert kernel.km.transport == "tcp"
+        ports = [getattr(kernel.km, name) for name in ("shell_port", "iopub_port", "stdin_port",
+                                                       "hb_port", "control_port")]
+        low = _kernelstart.ephemeral_range()[0]
+        assert len(set(ports)) == 5 and all(20000 <= port < low for port in ports), (
+            f"ports {ports}: an outgoing connection elsewhere may be given one from {low} up")
         FileLock(str(tmp_path / "start.lock")).acquire(timeout=0)   # released once it listens
     finally:
         kernel.stop()

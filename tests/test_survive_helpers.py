@@ -42,6 +42,24 @@ def _stand_in(folder: Path, name: str, text: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
 
 
+def _wait_until_trapped(pid: int, signals, most: float = 30.0) -> None:
+    """Wait until process ``pid`` catches every one of ``signals`` (its SigCgt mask in /proc):
+    a signal sent before the shell reaches its ``trap`` lines would kill it instead."""
+    wanted = sum(1 << (s - 1) for s in signals)
+    end = time.monotonic() + most
+    if not Path(f"/proc/{pid}").exists():       # no /proc (macOS): a pause instead
+        time.sleep(0.5)
+        return
+    while time.monotonic() < end:
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+        if caught & wanted == wanted:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the batch script set no trap for {[signal.Signals(s).name for s in signals]} "
+                         f"within {most:g} s")
+
+
 def _run_batch_script(tmp_path: Path, sig=None, finish: str = "") -> tuple[int, str]:
     script = slurm.write_requeue(tmp_path / "train.sbatch")
     bin_dir = tmp_path / "bin"
@@ -57,7 +75,7 @@ def _run_batch_script(tmp_path: Path, sig=None, finish: str = "") -> tuple[int, 
         end = time.monotonic() + 30
         while "started" not in log.read_text() and time.monotonic() < end:
             time.sleep(0.02)
-        time.sleep(0.2)                  # the batch shell is in its wait
+        _wait_until_trapped(job.pid, (signal.SIGUSR1, signal.SIGTERM))   # the shell's traps are set
         job.send_signal(sig)
     out, _ = job.communicate(timeout=60)
     return job.returncode, log.read_text() + out

@@ -379,67 +379,105 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.0f} ms"
 
 
+#: Tries of a case whose reading a pause could explain. A busy machine can only add time to a
+#: measurement (a process paused, a sleep that wakes late), never take it away, and a real mistake
+#: repeats on every try: so such a case passes if one try is right, and the smallest reading is
+#: judged. A reading no pause could give (too short, negative, in other units) is judged at once.
+TRIES = 3
+
+
 def _check_timer(time_once) -> str:
     require_function(time_once, "time_once")
     rng = random.Random()
     results = []
     for low, high in WORK_RANGES_S:
         work = round(rng.uniform(low, high), 3)
-        device = _FakeDevice()
-        device.queue(PENDING_S)
-
-        def fn(*args, _device=device, _work=work, **kwargs):
-            _device.events.append("fn")
-            _device.queue(_work)
-
-        what = "time_once(fn, sync)"
-        got = as_number(what, _call(time_once, fn, device.sync, what=what))
-        calls = device.events.count("fn")
-        if calls == 0:
-            raise Wrong(f"time_once never called fn, so it cannot have timed its work (it returned {got!r}). "
-                        "Call fn() exactly once, between the two clock readings.")
-        if calls != 1:
-            raise Wrong(f"time_once called fn {calls} times; call it exactly once "
-                        "(benchmark() does the repeating).")
-        says = f"your timer returned {got:.4g} s, but the queued work took {_ms(work)} ({work:g} s)"
-        if got < 0:
-            raise Wrong(f"{says}. A negative time: subtract the start from the end, "
-                        "time.perf_counter() - start.")
-        if got < 0.9 * work:
-            if device.synced_after_fn():
-                raise Wrong(f"{says}. You do call sync() after fn(), but the time misses the wait. Did you "
-                            "read the clock before that sync(), use a clock that does not count waiting "
-                            "(time.process_time), or return a number you typed in? Return "
-                            "time.perf_counter() - start, read after the sync().")
-            if got > 0.02:
-                raise Wrong(f"{says}. Your timer never waited for the device (no sync() after fn()), so "
-                            "it cannot have measured that: did you type in a number? Call sync() after "
-                            "fn(), then return the time you measured.")
-            raise Wrong(f"{says}. fn() only QUEUES the work and returns at once; call sync() (with "
-                        "brackets) after fn() and before reading the clock again.")
-        if got > work + PENDING_S / 2:
-            if 0.9 * work <= got / 1e3 <= work + PENDING_S:
-                raise Wrong(f"{says}. It looks like milliseconds: return seconds "
-                            "(time.perf_counter() counts in seconds).")
-            if 0.9 * work <= got / 1e9 <= work + PENDING_S:
-                raise Wrong(f"{says}. It looks like nanoseconds (perf_counter_ns?): return seconds.")
-            if got > 100 * (work + PENDING_S):
-                raise Wrong(f"{says}. That looks like a clock reading, not a duration: return "
-                            "end − start, both from time.perf_counter().")
-            if not device.synced_after_fn():
-                raise Wrong(f"{says}. Your timer never waited for the device (no sync() after fn()), so "
-                            "it cannot have measured that: did you type in a number? Call sync() before "
-                            "and after fn(), then return the time you measured.")
-            if device.synced_before_fn():
-                raise Wrong(f"{says}: it also counted {_ms(PENDING_S)} of earlier work still in the "
-                            "queue. You call sync() before fn(), but did you read the start time "
-                            "before that sync()? Wait first, then start the clock.")
-            raise Wrong(f"{says}: it also counted {_ms(PENDING_S)} of earlier work still in the queue. "
-                        "Call sync() BEFORE reading the start time too.")
+        failed = []
+        for _ in range(TRIES):
+            got, device = _time_queued_work(time_once, work)
+            mistake = _timer_mistake(got, work, device)
+            if mistake is None:
+                break
+            failed.append((got, mistake))
+            if not _a_pause_could_explain(got, work, device):
+                break
+        if mistake is not None:
+            raise Wrong(min(failed)[1])
         results.append((work, got))
     shown = " and ".join(f"{got * 1e3:.0f} ms for {_ms(work)}" for work, got in results)
     return (f"measured {shown} of queued work: waiting before and after is what "
             "gpucourse.timing.benchmark does for every repeat.")
+
+
+def _time_queued_work(time_once, work: float):
+    """Call ``time_once`` on a fake device with PENDING_S of earlier work queued; its reading and the device."""
+    device = _FakeDevice()
+    device.queue(PENDING_S)
+
+    def fn(*args, _device=device, _work=work, **kwargs):
+        _device.events.append("fn")
+        _device.queue(_work)
+
+    what = "time_once(fn, sync)"
+    got = as_number(what, _call(time_once, fn, device.sync, what=what))
+    calls = device.events.count("fn")
+    if calls == 0:
+        raise Wrong(f"time_once never called fn, so it cannot have timed its work (it returned {got!r}). "
+                    "Call fn() exactly once, between the two clock readings.")
+    if calls != 1:
+        raise Wrong(f"time_once called fn {calls} times; call it exactly once "
+                    "(benchmark() does the repeating).")
+    return got, device
+
+
+def _a_pause_could_explain(got: float, work: float, device: _FakeDevice) -> bool:
+    """Whether a pause of this process could have turned a right reading into ``got``: too long
+    for a timer that waited before and after fn, or, for one that never waited after it, long
+    enough to be taken for a typed-in number."""
+    if device.synced_before_fn() and device.synced_after_fn():
+        in_other_units = 0.9 * work <= got / 1e3 <= work + PENDING_S      # milliseconds
+        return work + PENDING_S / 2 < got < 100 * (work + PENDING_S) and not in_other_units
+    return not device.synced_after_fn() and 0.02 < got < 0.9 * work
+
+
+def _timer_mistake(got: float, work: float, device: _FakeDevice) -> str | None:
+    """What is wrong with reading ``got`` for ``work`` seconds of queued work (None: nothing)."""
+    says = f"your timer returned {got:.4g} s, but the queued work took {_ms(work)} ({work:g} s)"
+    if got < 0:
+        return (f"{says}. A negative time: subtract the start from the end, "
+                "time.perf_counter() - start.")
+    if got < 0.9 * work:
+        if device.synced_after_fn():
+            return (f"{says}. You do call sync() after fn(), but the time misses the wait. Did you "
+                    "read the clock before that sync(), use a clock that does not count waiting "
+                    "(time.process_time), or return a number you typed in? Return "
+                    "time.perf_counter() - start, read after the sync().")
+        if got > 0.02:
+            return (f"{says}. Your timer never waited for the device (no sync() after fn()), so "
+                    "it cannot have measured that: did you type in a number? Call sync() after "
+                    "fn(), then return the time you measured.")
+        return (f"{says}. fn() only QUEUES the work and returns at once; call sync() (with "
+                "brackets) after fn() and before reading the clock again.")
+    if got > work + PENDING_S / 2:
+        if 0.9 * work <= got / 1e3 <= work + PENDING_S:
+            return (f"{says}. It looks like milliseconds: return seconds "
+                    "(time.perf_counter() counts in seconds).")
+        if 0.9 * work <= got / 1e9 <= work + PENDING_S:
+            return f"{says}. It looks like nanoseconds (perf_counter_ns?): return seconds."
+        if got > 100 * (work + PENDING_S):
+            return (f"{says}. That looks like a clock reading, not a duration: return "
+                    "end − start, both from time.perf_counter().")
+        if not device.synced_after_fn():
+            return (f"{says}. Your timer never waited for the device (no sync() after fn()), so "
+                    "it cannot have measured that: did you type in a number? Call sync() before "
+                    "and after fn(), then return the time you measured.")
+        if device.synced_before_fn():
+            return (f"{says}: it also counted {_ms(PENDING_S)} of earlier work still in the "
+                    "queue. You call sync() before fn(), but did you read the start time "
+                    "before that sync()? Wait first, then start the clock.")
+        return (f"{says}: it also counted {_ms(PENDING_S)} of earlier work still in the queue. "
+                "Call sync() BEFORE reading the start time too.")
+    return None
 
 
 q3 = Exercise(
