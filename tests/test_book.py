@@ -46,7 +46,9 @@ WIDTHS = {"desktop": 1280, "tablet": 800, "phone": 390}
 def site() -> Path:
     # No MPLBACKEND: figures must be drawn by the notebook's inline backend, as for learners.
     env = {k: v for k, v in os.environ.items() if k not in ("GPUCOURSE_CHECK_LOG", "MPLBACKEND")}
-    env.update(GPUCOURSE_QUICK="1", GPUCOURSE_OFFLINE="1")
+    # A data folder of the build's own: nbval may run the same notebooks in the other test
+    # worker, and episode 11 empties its checkpoint folders before each run.
+    env.update(GPUCOURSE_QUICK="1", GPUCOURSE_OFFLINE="1", GPUCOURSE_DATA=str(OUT / "data"))
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(jb), "build", str(ROOT), "--path-output", str(OUT), "--warningiserror", "--keep-going"]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
