@@ -65,8 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--slow-save", type=float, default=0.0,
                    help="(tests) pause this many seconds halfway through writing each checkpoint")
     p.add_argument("--pause-at", type=int, default=None,
-                   help="(tests) after printing this step, wait up to 60 s for a signal, so that a "
-                        "kill sent on reading the step lands there and not a few steps later")
+                   help="after printing this step, wait up to 60 s for a signal, so that a kill sent "
+                        "on reading the step lands there and not a few steps later (survive.run sets "
+                        "it to its kill_at)")
     args = p.parse_args(argv)
     sizes = (args.epochs, args.samples, args.batch, args.width, args.every, args.threads, args.keep)
     if min(sizes) < 1 or args.samples < args.batch:

@@ -435,9 +435,13 @@ def _a_pause_could_explain(got: float, work: float, device: _FakeDevice) -> bool
     for a timer that waited before and after fn, or, for one that never waited after it, long
     enough to be taken for a typed-in number."""
     if device.synced_before_fn() and device.synced_after_fn():
-        in_other_units = 0.9 * work <= got / 1e3 <= work + PENDING_S      # milliseconds
-        return work + PENDING_S / 2 < got < 100 * (work + PENDING_S) and not in_other_units
+        return work + PENDING_S / 2 < got < 100 * (work + PENDING_S) and not _in_units_of(1e3, got, work)
     return not device.synced_after_fn() and 0.02 < got < 0.9 * work
+
+
+def _in_units_of(per_second: float, got: float, work: float) -> bool:
+    """Whether ``got`` is a plausible reading of ``work`` in units of 1/``per_second`` s (ms, ns)."""
+    return 0.9 * work <= got / per_second <= work + PENDING_S
 
 
 def _timer_mistake(got: float, work: float, device: _FakeDevice) -> str | None:
@@ -459,10 +463,10 @@ def _timer_mistake(got: float, work: float, device: _FakeDevice) -> str | None:
         return (f"{says}. fn() only QUEUES the work and returns at once; call sync() (with "
                 "brackets) after fn() and before reading the clock again.")
     if got > work + PENDING_S / 2:
-        if 0.9 * work <= got / 1e3 <= work + PENDING_S:
+        if _in_units_of(1e3, got, work):
             return (f"{says}. It looks like milliseconds: return seconds "
                     "(time.perf_counter() counts in seconds).")
-        if 0.9 * work <= got / 1e9 <= work + PENDING_S:
+        if _in_units_of(1e9, got, work):
             return f"{says}. It looks like nanoseconds (perf_counter_ns?): return seconds."
         if got > 100 * (work + PENDING_S):
             return (f"{says}. That looks like a clock reading, not a duration: return "
