@@ -620,6 +620,15 @@ def catches_oom(notebook: Path, source: str) -> bool:
     return False
 
 
+def rows_over_the_limit(notebook: Path, gpu: dict, torch_version: str) -> list[Row]:
+    """The rows of ``notebook`` that do not fit in ``FIT_FRACTION`` of ``gpu``'s memory, whether
+    or not their cell catches ``torch.OutOfMemoryError``: a row the lesson says fits must fit
+    without that last defence (G5-1: episode 10's prefill on a T4 runs on the memory-efficient
+    kernel only because ``sdpa_repeat_kv`` repeats the key/value heads; on math it needs 26 GB)."""
+    limit = FIT_FRACTION * gpu["total_memory"]
+    return [row for row in episode_rows(notebook, gpu, torch_version) if row.nbytes >= limit]
+
+
 def rows_that_stop(notebook: Path, gpu: dict, torch_version: str) -> list[Row]:
     """The rows of ``notebook`` that do not fit in ``FIT_FRACTION`` of ``gpu``'s memory and
     whose cell does not catch ``torch.OutOfMemoryError``: where "Run all" would stop."""
