@@ -264,6 +264,34 @@ def test_q2_mistakes_are_explained(name):
     assert tf.config.get_soft_device_placement(), "the check must restore soft placement"
 
 
+def _cast_after_other_blas(x):
+    """The cast-afterwards mistake as another BLAS computes it: the float32 product summed in
+    another order, a few float32 ulps away from TensorFlow's (and NumPy's) on this machine."""
+    with tf.device("/CPU:0"):
+        in32 = (x @ tf.transpose(x)).numpy()
+        flip = np.arange(in32.size).reshape(in32.shape) % 2 == 0
+        moved = np.where(flip, np.nextafter(np.nextafter(in32, np.inf), np.inf),
+                         np.nextafter(in32, -np.inf)).astype(np.float32)
+        return tf.cast(tf.constant(moved), tf.float64)
+
+
+def test_q2_cast_afterwards_is_named_whatever_blas_summed_it():
+    """Two BLAS libraries do not agree to the bit on a float32 product (an AMD EPYC's did not agree
+    with NumPy's at 1e-12): the mistake is recognised from float32's rounding, not from one library's bits."""
+    assert_wrong(ep04.q2, (_cast_after_other_blas, device_type), "cast to float64 afterwards")
+
+
+def _float16_then_cast(x):
+    with tf.device("/CPU:0"):
+        x16 = tf.cast(x, tf.float16)
+        return tf.cast(x16 @ tf.transpose(x16), tf.float64)
+
+
+def test_q2_a_float16_product_is_not_taken_for_float32():
+    result, message = outcome(ep04.q2, _float16_then_cast, device_type)
+    assert result == "wrong" and "float32" not in message, message
+
+
 @pytest.fixture
 def simulated_gpu(monkeypatch):
     """A (simulated) machine whose TensorFlow lists a GPU."""
@@ -363,6 +391,9 @@ def test_q3_mistakes_are_explained(name):
     (PREDICTED, float("nan"), "finite"),
     (PREDICTED, 660.0, ["milliseconds", "seconds"]),           # time.perf_counter() * 1000: not a busy machine
     (PREDICTED * 1000, 660.0, ["milliseconds", "seconds"]),
+    # faster than time_pipeline can run on any machine (its sleeps never end early): typed in, or part of it
+    (PREDICTED, 0.5, ["cannot take less than", "type a number in"]),
+    (PREDICTED, 0.05, ["cannot take less than", "part of the epoch"]),
 ])
 def test_q3_the_prediction_must_come_from_the_function(predicted, measured, words):
     assert_wrong(ep04.q3, (epoch_seconds, predicted, measured), words)

@@ -328,6 +328,28 @@ def _q2_unpinned_ops(cpu_reference, x: np.ndarray, outer: str) -> list[str]:
     return sorted({op.type for op in ops if not op.device})
 
 
+def _rounded_in_float32(got: np.ndarray, x: np.ndarray) -> bool:
+    """Whether ``got`` is x @ xᵀ multiplied in float32 (then cast), by whatever library computed it.
+
+    The candidate is recomputed with TensorFlow on the CPU, as the learner multiplied, but two
+    libraries (or two builds of one BLAS) sum in different orders and need not agree to the bit.
+    So ``got`` may differ from it by what float32 rounding allows any order of summation: the
+    standard bound, k·u·(|x| @ |x|ᵀ) for a sum of k products with u = 2⁻²⁴, twice over (ours and
+    theirs). That is 10⁻⁷ of the size, while a right float64 product (judged before) is within
+    10⁻¹⁰ and a float16 or bfloat16 one is off by 10⁻³: the bound separates every candidate.
+    """
+    from ..frameworks import import_tensorflow
+
+    tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
+
+    with tf.device(tf.config.list_logical_devices("CPU")[0].name):
+        x32 = tf.constant(x, dtype=tf.float32)
+        in32 = tf.cast(tf.matmul(x32, x32, transpose_b=True), tf.float64).numpy()
+    size = np.abs(x).astype(np.float64)
+    bound = 2 * (x.shape[1] + 1) * 2.0 ** -24 * (size @ size.T)
+    return bool(np.all(np.abs(got - in32) <= bound))
+
+
 def _q2_result_mistake(result, x: np.ndarray, what: str) -> str | None:
     from ..frameworks import import_tensorflow
 
@@ -360,8 +382,7 @@ def _q2_result_mistake(result, x: np.ndarray, what: str) -> str | None:
     expected = x64 @ x64.T
     if np.allclose(got, expected, rtol=1e-10, atol=1e-12):
         return None
-    in32 = (x @ x.T).astype(np.float64)
-    if np.allclose(got, in32, rtol=1e-12, atol=1e-12):
+    if _rounded_in_float32(got, x):
         return (f"{what} was multiplied in float32 and cast to float64 afterwards: that keeps float32's "
                 "rounding. Cast x to float64 first, then multiply.")
     return f"{what} does not hold x @ xᵀ for the x the check passed: compute it from the argument x."
@@ -564,9 +585,16 @@ def _check_q3(epoch_seconds, predicted_s, measured_s):
         raise Wrong(f"measured_s is {measured:.4g}, about 1000 × the {predicted:.3f} s predicted: that looks like "
                     "milliseconds. Give the measured epoch in seconds (time.perf_counter() counts seconds; "
                     "do not multiply by 1000).")
+    floor = Q3_PREP_S + Q3_BATCHES * Q3_STEP_S
+    if measured < 0.95 * floor:  # time.sleep never returns early: no machine runs the pipeline faster
+        raise Wrong(f"measured_s is {measured:.4g} s, but time_pipeline cannot take less than {floor:.2f} s on any "
+                    f"machine: it sleeps {Q3_STEP_S} s for each of the {Q3_BATCHES} steps, and the first batch "
+                    f"must be prepared ({Q3_PREP_S} s) before the first step. Did you type a number in, or time "
+                    "only part of the epoch? Give time_pipeline(slow_ds.prefetch(1)) itself.")
     note = ("within 20 %: the model of two overlapping queues holds." if 0.8 <= ratio <= 1.2 else
             "more than 20 % away from the prediction: a busy machine slows the measurement (it can only add "
-            "time), and if it is far BELOW, the pipeline timed was not the one predicted.")
+            "time); if it is near the time without prefetching, check that the pipeline you timed ends in "
+            ".prefetch(1).")
     return (f"right on {2 * len(_Q3_CASES)} cases, training-bound and input-bound. For the notebook's pipeline "
             f"you predicted {predicted:.3f} s and measured {measured:.3f} s, ×{ratio:.2f}: {note}")
 
