@@ -10,16 +10,21 @@ Each strategy trains the same model (``sharded.make_model``) on the same global 
 
 * ``ddp``: every rank holds everything; gradients are all-reduced (episode 9);
 * ``zero1``: DDP with ``ZeroRedundancyOptimizer``: each rank keeps the optimizer state of some
-  parameters and broadcasts them after its step (ZeRO stage 1);
-* ``zero2``: ``fully_shard(..., reshard_after_forward=False)``: parameters, gradients and optimizer
-  state sharded; a block's parameters stay gathered from forward to backward;
+  parameters and broadcasts them after its step. It shards what the ZeRO paper's stage 1 shards, but
+  sends more: DDP's whole all-reduce, then the broadcasts (the paper's stage 1 reduce-scatters the
+  gradients and all-gathers the weights, DDP's bytes);
+* ``zero2``: ``fully_shard(..., reshard_after_forward=False)``, FSDP's SHARD_GRAD_OP: gradients and
+  optimizer state sharded; parameters sharded at rest but whole from a block's forward until its
+  backward, so at the start of backward the rank holds the whole model, as the ZeRO paper's stage 2
+  does throughout;
 * ``zero3``: ``fully_shard(..., reshard_after_forward=True)``: the same, but a block's parameters are
   freed after its forward and gathered again for its backward;
 * ``zero3-bf16``: ZeRO-3 with ``MixedPrecisionPolicy``: blocks compute in bfloat16 (all-gathered in
   bfloat16), gradients are reduced in float32.
 
 For each, rank ``r`` writes ``result-rank{r}.json`` under ``--out``: its bytes of parameters,
-gradients and optimizer state, the collectives of one step with their bytes, the losses, and the
+gradients and optimizer state after backward, its most parameter bytes from forward to the start of
+backward (``params_peak``), the collectives of one step with their bytes, the losses, and the
 largest difference between its weights and those of a single process that trained on the whole
 batch. With ``--save-at K`` the ``zero3`` run also writes a sharded checkpoint after step K
 (``torch.distributed.checkpoint``, one file per rank) to ``--checkpoint``, and rank 0 writes the
@@ -66,7 +71,8 @@ def parse_args(argv=None):
         p.error(f"--save-at {args.save_at} needs 0 < K < --steps ({args.steps}) and a --checkpoint folder")
     world_size = sharded.ranks()[1]
     if sharded.GLOBAL_BATCH % world_size:
-        p.error(f"{world_size} processes do not divide the global batch of {sharded.GLOBAL_BATCH}: use 1, 2 or 4")
+        p.error(f"{world_size} processes do not divide the global batch of {sharded.GLOBAL_BATCH}: "
+                "use 1, 2, 4 or 8")
     return args
 
 
@@ -148,10 +154,12 @@ def train(args, strategy: str, mesh, device: str, rank: int, world_size: int) ->
             counter.counting = step >= WARMUP       # count the steady state: DDP rebuilds its buckets
             optimizer.zero_grad()
             x, y = sharded.local_batch(step, rank, world_size)
-            loss = loss_fn(model, x.to(device), y.to(device))
+            with sharded.PeakParams(model) as peak:     # parameter bytes while forward runs
+                loss = loss_fn(model, x.to(device), y.to(device))
             loss.backward()                   # FSDP: all-gathers (ZeRO-3), reduce-scatters the gradients
             if step == 0:                     # gradients exist now, optimizer state after the step
                 memory = sharded.state_bytes(model, getattr(optimizer, "optim", optimizer))
+                memory["params_peak"] = peak.bytes     # from forward to the start of backward
             optimizer.step()
             losses.append(loss.detach().float())
             if strategy == "zero3" and args.save_at and step + 1 == args.save_at:

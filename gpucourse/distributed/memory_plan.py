@@ -13,9 +13,13 @@ move, ``plan`` says so and falls back to the closed form FSDP's sharding implies
 Per GPU, with AdamW in float32 (episode 5's 16 bytes per parameter, sharded):
 
 * parameters, gradients, two Adam moments: this rank's shard of each (``torch.chunk`` of dim 0);
-* while a layer computes, its parameters gathered in bfloat16 and, in backward, its bfloat16
-  gradients before the reduce-scatter (two bytes each, one layer at a time, the largest counted);
-* activations are left out: they depend on the batch and sequence, as episode 10 shows.
+* the root unit (embeddings, final norm, output layer) gathered in bfloat16 for the whole step: FSDP2
+  never reshards the root after forward (``_fsdp_state.py``, ``_lazy_init``), and its bfloat16
+  gradients live until the root's reduce-scatter at the end of backward (2 + 2 bytes);
+* a decoder layer gathered while it computes, the next one gathered ahead (prefetch), and one
+  layer's bfloat16 gradients before its reduce-scatter (3 x 2 bytes per parameter of a layer);
+* activations, the CUDA context and fragmentation are left out: activations depend on the batch and
+  sequence (episode 10), so a row that "fits" here is a lower bound, not a promise.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def closed_form(c: dict, world: int, rank: int = 0) -> dict:
     held = sum(_chunk_rows(s[0], world, rank) * math.prod(s[1:]) for s in shapes)
     per_layer = sum(math.prod(s) for s in layer)
     root = 2 * c["vocab_size"] * h + h                   # embeddings, output layer, final norm
-    return _bytes(held, llama_parameters(c), max(per_layer, root), world, "closed form")
+    return _bytes(held, llama_parameters(c), root, per_layer, world, "closed form")
 
 
 def _chunk_rows(rows: int, world: int, rank: int) -> int:
@@ -78,11 +82,23 @@ def _chunk_rows(rows: int, world: int, rank: int) -> int:
     return max(0, min(size, rows - rank * size))
 
 
-def _bytes(held: int, total: int, largest_unit: int, world: int, how: str) -> dict:
+def _bytes(held: int, total: int, root: int, layer: int, world: int, how: str) -> dict:
     state = 16 * held                                     # fp32 weights + grads + 2 Adam moments
-    gathered = 2 * 2 * largest_unit                       # one unit's bf16 weights and gradients
+    root_bytes = 2 * 2 * root                             # the root whole all step: bf16 weights, grads
+    layer_bytes = 3 * 2 * layer                           # a layer, the prefetched next, one's grads
+    gathered = root_bytes + layer_bytes
     return {"parameters": total, "world": world, "held": held, "state_bytes": state,
-            "gathered_bytes": gathered, "per_gpu_bytes": state + gathered, "how": how}
+            "root_bytes": root_bytes, "layer_bytes": layer_bytes, "gathered_bytes": gathered,
+            "per_gpu_bytes": state + gathered, "how": how}
+
+
+def smallest_world(c: dict, memory: float, worlds=None) -> int | None:
+    """The fewest GPUs (powers of two up to 65,536, or ``worlds``) at which the closed form's bytes per
+    GPU are at most ``memory``; None if none are."""
+    for world in worlds or [2 ** k for k in range(17)]:
+        if closed_form(c, world)["per_gpu_bytes"] <= memory:
+            return world
+    return None
 
 
 def fake_plan(c: dict, world: int, rank: int) -> dict:
@@ -112,11 +128,11 @@ def fake_plan(c: dict, world: int, rank: int) -> dict:
         root = sum(p.numel() for p in model.parameters()) - per_layer       # embeddings, norm, head
         held_root = sum(p.to_local().numel() for p in model.parameters()) - held_layer
         n = c["num_hidden_layers"]
-        held, total, largest = held_root + n * held_layer, root + n * per_layer, max(per_layer, root)
+        held, total = held_root + n * held_layer, root + n * per_layer
     finally:
         dist.destroy_process_group()
     del torch
-    return _bytes(held, total, largest, world, "fake process group")
+    return _bytes(held, total, root, per_layer, world, "fake process group")
 
 
 def plan(name: str, world: int, rank: int = 0) -> dict:

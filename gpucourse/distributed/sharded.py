@@ -13,6 +13,13 @@ weights with a single-process run (``reference_run``) computed on the spot.
   Gloo. It never leaves the choice to FSDP: on a machine with one GPU, ``fully_shard`` without a
   mesh moves the parameters to that GPU while the group is Gloo, and the run fails
   (pytorch/pytorch#132471); the scripts always pass a mesh built for the device chosen here.
+* ``worker_env``: the environment of the processes a run starts. CPU ranks get
+  ``CUDA_VISIBLE_DEVICES=""``: torch's ``FileSystemWriter`` (``dcp.save``) uses CUDA streams whenever
+  ``torch.cuda.is_available()``, so without it every "CPU" rank would open the GPU to save a checkpoint
+  (four contexts on Colab's T4; a failure on a GPU in exclusive-process mode).
+* ``held_param_bytes`` / ``PeakParams``: the parameter bytes a rank holds *now* (FSDP2 swaps a module's
+  sharded parameters for whole ones between its all-gather and its reshard), and their largest value
+  from the start of forward to the start of backward.
 * ``CommCounter``: every collective a rank issues (all-gather, reduce-scatter, all-reduce,
   broadcast), counted with its bytes by a dispatch mode that sees the c10d operators.
 * ``finish``: leave the process group and exit. torch 2.13's CPU build can abort at interpreter
@@ -111,6 +118,13 @@ def pick_device(local_rank: int, local_world_size: int, wanted: str = "auto") ->
     return "cuda", "nccl"
 
 
+def worker_env(device: str) -> dict:
+    """Extra environment for the ranks of a run on ``device``: CPU ranks see no GPU at all."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device {device!r} is not one of 'auto', 'cpu', 'cuda'")
+    return {"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else {}
+
+
 def ranks() -> tuple[int, int, int, int]:
     """``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` as torchrun sets them."""
     env = os.environ
@@ -139,6 +153,34 @@ def state_bytes(model, optimizer) -> dict:
             "params_allocated": sum(storage_bytes(p) for p in params),
             "grads": sum(tensor_bytes(p.grad) for p in params if p.grad is not None),
             "optimizer": sum(tensor_bytes(v) for v in moments)}
+
+
+def held_param_bytes(model) -> int:
+    """The bytes of parameters this rank holds at this moment: a DTensor's local shard, or the whole
+    tensor where FSDP2 has swapped in the gathered parameter (between all-gather and reshard)."""
+    return sum(tensor_bytes(p) for p in model.parameters())
+
+
+class PeakParams:
+    """``with PeakParams(model) as peak: loss = ...``: the most parameter bytes the rank held while the
+    forward ran (sampled after every leaf module's forward) and when it ended, just before backward."""
+
+    def __init__(self, model):
+        self.model, self.bytes, self._hooks = model, 0, []
+
+    def sample(self, *_):
+        self.bytes = max(self.bytes, held_param_bytes(self.model))
+
+    def __enter__(self):
+        leaves = [m for m in self.model.modules() if not list(m.children())]
+        self._hooks = [m.register_forward_hook(self.sample) for m in leaves]
+        return self
+
+    def __exit__(self, *exc):
+        for hook in self._hooks:
+            hook.remove()
+        self.sample()                    # forward done, backward not begun: ZeRO-2's whole weights
+        return False
 
 
 _KINDS = {"_allgather_base_": "all-gather", "allgather_": "all-gather", "allgather_into_tensor_coalesced_":
