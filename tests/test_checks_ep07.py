@@ -260,6 +260,34 @@ Q2_WRONG = {
 }
 
 
+def _by_walking(strict):
+    """An answer that walks the steps until the compiled run has taken no longer (or, strict, less) in all."""
+    def report(c, e, w):
+        compile_seconds, steady, _ = compile_report(c, e, w)
+        eager = statistics.median(e)
+        if eager <= steady:
+            return compile_seconds, steady, math.inf
+        n, compiled_total = w, sum(c[:w])
+        while (compiled_total >= n * eager) if strict else (compiled_total > n * eager):
+            n, compiled_total = n + 1, compiled_total + steady
+        return compile_seconds, steady, n
+    return report
+
+
+def test_q2_break_even_on_the_boundary():
+    """'No longer in all' includes equal: a run whose compile time is a whole number of steps' savings
+    separates math.ceil from floor + 1 (which every other run lets pass), and a compiled step exactly as
+    fast as an eager one never pays back."""
+    assert ep07.q2.outcome(_by_walking(strict=False))[0] == "correct"
+    floor_plus_one = _break_even(lambda cs, st, e, c, w: math.floor(cs / _saved(st, e)) + 1
+                                 if _saved(st, e) > 0 else math.inf)
+    assert_wrong(ep07.q2, [floor_plus_one], ["one step too many", "math.ceil"])
+    assert_wrong(ep07.q2, [_by_walking(strict=True)], ["one step too many", "includes equal"])
+    only_negative = _break_even(lambda cs, st, e, c, w: math.ceil(cs / _saved(st, e))
+                                if _saved(st, e) >= 0 else math.inf)
+    assert_wrong(ep07.q2, [only_negative], ["ZeroDivisionError", "exactly as long", "math.inf"])
+
+
 @pytest.mark.parametrize("name", list(Q2_WRONG))
 def test_q2_wrong_answers_name_the_mistake(name):
     answer, words = Q2_WRONG[name]

@@ -338,6 +338,11 @@ _Q2_CASES = [   # compiled step times (warm-up first), eager step times (after t
     ([1.30, 0.40, 0.41, 0.39, 0.90, 0.40, 0.42], [0.45, 0.47, 0.44, 0.46, 0.45], 1),
     ([12.0, 0.8, 0.5, 0.021, 0.020, 0.019, 0.022, 0.020, 0.35], [0.031, 0.029, 0.95, 0.030, 0.032], 3),
     ([12.0, 0.8, 0.5, 0.021, 0.020, 0.019, 0.022, 0.020, 0.35], [0.018, 0.019, 0.018, 0.020], 3),   # never pays
+    # on the boundary, in binary-exact seconds: 2.75 s of compiling, 0.25 s saved a step, so after exactly 11
+    # steps both runs have taken 5.5 s ("no longer in all": 11, where floor + 1 gives 12) ...
+    ([2.0, 1.25, 0.25, 0.25, 0.75, 0.25, 0.25], [0.5, 0.5, 0.5, 1.0, 0.5], 2),
+    # ... and a compiled step exactly as fast as an eager one: it never catches up
+    ([1.0, 0.5, 0.5, 0.5], [0.5, 0.5, 0.5], 1),
 ]
 
 #: Mistakes in the first two numbers: (compile_seconds, steady_seconds) from (compiled_times, warmup).
@@ -411,7 +416,28 @@ _BREAK_EVEN_DIAGNOSES = [
     (lambda c, e, w: math.ceil(_typical(c, e, w)[0] / (_typical(c, e, w)[2] - _typical(c, e, w)[1])),
      "when a compiled step is slower than an eager one, compiling never pays back: the break-even is math.inf, "
      "not a negative number of steps."),
+    (lambda c, e, w: _payback(_typical(c, e, w)[0], _typical(c, e, w)[2] - _typical(c, e, w)[1],
+                              lambda x: math.floor(x) + 1),
+     "your break-even is one step too many when the compile time is a whole number of steps' savings: after "
+     "that many steps the two runs have taken exactly as long, and 'no longer in all' includes equal. Round up "
+     "with math.ceil (floor + 1, or a strict < in a loop, overshoots by one there)."),
 ]
+
+
+def _rule_gives(rule, case):
+    """What a mistaken rule gives on ``case``; None where it cannot be computed (a division by a zero saving)."""
+    try:
+        return rule(*case)
+    except ArithmeticError:
+        return None
+
+
+def _explain_report_error(exc):
+    if isinstance(exc, ZeroDivisionError):
+        return ("compile_report raised ZeroDivisionError: on a run whose compiled step takes exactly as long as an "
+                "eager one, nothing is saved per step, so compiling never pays back: return math.inf whenever the "
+                "saving is not above 0.")
+    return None
 
 
 def _steps(value):
@@ -433,7 +459,7 @@ def _check_compile_report(compile_report):
     for compiled, eager, warmup in _Q2_CASES:
         given_c, given_e = list(compiled), list(eager)
         got = _call(compile_report, given_c, given_e, warmup,
-                    what=f"compile_report({compiled}, {eager}, warmup={warmup})")
+                    what=f"compile_report({compiled}, {eager}, warmup={warmup})", explain=_explain_report_error)
         for given, times, name in ((given_c, compiled, "compiled_times"), (given_e, eager, "eager_times")):
             if given != times:
                 how = "sorted" if given == sorted(times) else "changed"
@@ -467,11 +493,11 @@ def _check_compile_report(compile_report):
         if close(break_even, want):
             continue
         for rule, message in _BREAK_EVEN_DIAGNOSES:   # it must fit every case, not one by coincidence
-            if all(close(a[5], rule(*a[:3])) for a in answers):
+            if all((gives := _rule_gives(rule, a[:3])) is not None and close(a[5], gives) for a in answers):
                 raise Wrong(message)
         raise Wrong(f"for compiled_times={compiled}, eager_times={eager} and warmup={warmup} the compiled run "
                     f"catches up after {want} steps (counting its warm-up); your break-even was {break_even:g}.")
-    return ("right on four runs: the compile cost kept out of the steady-state figure, and the step from which "
+    return (f"right on {len(_Q2_CASES)} runs: the compile cost kept out of the steady-state figure, and the step from which "
             "compiling has paid for itself (never, when a compiled step is not faster).")
 
 
