@@ -2,8 +2,10 @@
 
 The wrong answers are the mistakes each exercise is about: an as-even-as-possible split where FSDP uses
 torch.chunk, the padding counted as held, FSDP1's flat padding, the gathered layer of ZeRO-3 forgotten,
-ZeRO-1 confused with ZeRO-2, DDP's all-reduce counted once, ZeRO-3's second all-gather forgotten, the
-ring's (N - 1)/N left out, every old file read when resharding; plus constants, wrong types and units.
+ZeRO-1 confused with ZeRO-2, ZeRO-2's weights sharded as FSDP holds them at rest, the gathered unit at
+another number of bytes, TP over every GPU, `<` for "at most"; under HSDP the whole gradients
+all-reduced across nodes, ZeRO-3's second all-gather forgotten, the ring's share of the wrong group;
+every old file read when resharding; plus constants, wrong types and units.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ Q1_WRONG = {
     "flat padding (FSDP1)": (q1_variant(allocated=lambda s, w: math.ceil(math.prod(s) / w)), ["FSDP1"]),
     "numel / world allocated": (q1_variant(allocated=lambda s, w: math.prod(s) / w), ["not a whole shard"]),
     "whole tensor allocated": (q1_variant(allocated=lambda s, w: math.prod(s)), ["whole tensor"]),
+    "floor + 1 rows per chunk": (lambda s, w: ([max(0, min(s[0] // w + 1, s[0] - r * (s[0] // w + 1))) * row(s)
+                                                for r in range(w)], (s[0] // w + 1) * row(s)), ["+ 1"]),
+    "floor + 1 padding": (q1_variant(allocated=lambda s, w: (s[0] // w + 1) * row(s)), ["+ 1", "divide"]),
     "a constant": (lambda s, w: ([1] * w, 1), ["same shares for every case"]),
     "not a pair": (lambda s, w: shard_numels(s, w)[0], ["pair"]),
     "one number too few": (lambda s, w: (shard_numels(s, w)[0][:-1], shard_numels(s, w)[1]), ["one per rank"]),
@@ -98,42 +103,68 @@ def test_q1_expected_is_what_fsdp_would_hold():
 
 # --- q2 -----------------------------------------------------------------------------------------------
 
-def need(params, largest, gpus, *, ddp=16, gathered=True, zero1_grads=False, zero2_params=False):
+def need(params, largest, gpus, *, ddp=16, gathered=4, zero1_grads=False, zero2_params=False, tp=None):
+    tp = min(8, gpus) if tp is None else tp(gpus)
     return {"DDP": ddp * params,
             "ZeRO-1": 2 * params + 14 * params / gpus if zero1_grads else 4 * params + 12 * params / gpus,
             "ZeRO-2": 16 * params / gpus if zero2_params else 2 * params + 14 * params / gpus,
-            "ZeRO-3": 16 * params / gpus + (4 * largest if gathered else 0), "TP": 16 * params / gpus}
+            "ZeRO-3": 16 * params / gpus + gathered * largest,
+            "ZeRO-3+TP": 16 * params / gpus + gathered * largest / tp}
 
 
 def strategy_that_fits(params, largest, gpus, memory):
     return next((s for s, b in need(params, largest, gpus).items() if b <= memory), "none")
 
 
-def q2_variant(order=None, none="none", per_all=False, **kw):
+def strategy_in_gb(params, largest, gpus, memory):
+    """Another way of writing it: in GB, with the TP split spelled out."""
+    state = 16 * params / gpus / 1e9
+    per_gpu = [("DDP", 16 * params / 1e9), ("ZeRO-1", 4 * params / 1e9 + 12 * params / gpus / 1e9),
+               ("ZeRO-2", 2 * params / 1e9 + 14 * params / gpus / 1e9),
+               ("ZeRO-3", state + 4 * largest / 1e9),
+               ("ZeRO-3+TP", state + 4 * largest / 1e9 / (8 if gpus >= 8 else gpus))]
+    for name, gb in per_gpu:
+        if gb <= memory / 1e9 + 1e-12:
+            return name.lower()
+    return "none"
+
+
+def q2_variant(order=None, none="none", per_all=False, strict=False, **kw):
     def fn(params, largest, gpus, memory):
         bytes_ = need(params, largest, gpus, **kw)
         room = memory * gpus if per_all else memory
-        return next((s for s in (order or bytes_) if bytes_[s] <= room), none)
+        fits = (lambda b: b < room) if strict else (lambda b: b <= room)
+        return next((s for s in (order or bytes_) if fits(bytes_[s])), none)
     return fn
 
 
 Q2_WRONG = {
-    "gathered layer forgotten": (q2_variant(gathered=False), ["gathers while it computes"]),
+    "gathered unit forgotten": (q2_variant(gathered=0), ["gathers while it computes"]),
+    "gathered weights only (2 bytes)": (q2_variant(gathered=2), ["2 bytes per parameter", "gradients"]),
+    "gathered in float32 (8 bytes)": (q2_variant(gathered=8), ["8 bytes per parameter", "16 bits"]),
+    "gathered at 6 bytes": (q2_variant(gathered=6), ["6 bytes per parameter"]),
+    "gathered with all its state (16 bytes)": (q2_variant(gathered=16), ["16 bytes per parameter", "all its state"]),
+    "TP over all the GPUs": (q2_variant(tp=lambda g: g), ["inside one node"]),
+    "TP always 8 ways": (q2_variant(tp=lambda g: 8), ["fewer than 8 GPUs"]),
+    "strict <": (q2_variant(strict=True), ["at most", "exactly"]),
     "DDP weights only": (q2_variant(ddp=4), ["4 bytes per parameter"]),
     "ZeRO-1 shards gradients": (q2_variant(zero1_grads=True), ["that is ZeRO-2"]),
-    "ZeRO-2 shards weights": (q2_variant(zero2_params=True), ["that is ZeRO-3"]),
-    "TP before ZeRO-3": (q2_variant(order=["DDP", "ZeRO-1", "ZeRO-2", "TP", "ZeRO-3"]), ["order given"]),
-    "never none": (q2_variant(none="TP"), ["'none'"]),
+    "ZeRO-2 shards weights (FSDP at rest)": (q2_variant(zero2_params=True), ["SHARD_GRAD_OP", "whole"]),
+    "TP before ZeRO-3": (q2_variant(order=["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3+TP", "ZeRO-3"]), ["order given"]),
+    "never none": (q2_variant(none="ZeRO-3+TP"), ["'none'"]),
     "all GPUs' memory": (q2_variant(per_all=True), ["all the GPUs together"]),
     "always ZeRO-3": (lambda p, l, g, m: "ZeRO-3", ["for every case"]),
+    "plain TP": (lambda p, l, g, m: "TP" if strategy_that_fits(p, l, g, m) == "ZeRO-3+TP"
+                 else strategy_that_fits(p, l, g, m), ["'ZeRO-3+TP'"]),
     "a number": (lambda p, l, g, m: 3, ["return one of"]),
     "an unknown name": (lambda p, l, g, m: "FSDP", ["return one of"]),
 }
 
 
 def test_q2_right_answers_pass_and_stubs_are_not_done():
-    result, message = outcome(ep13.q2, strategy_that_fits)
-    assert result == "correct", message
+    for fn in (strategy_that_fits, strategy_in_gb):
+        result, message = outcome(ep13.q2, fn)
+        assert result == "correct", message
     spelled = lambda *a: strategy_that_fits(*a).lower().replace("-", " ")  # noqa: E731
     assert outcome(ep13.q2, spelled)[0] == "correct"
     assert outcome(ep13.q2, ____)[0] == "not-done"
@@ -149,34 +180,59 @@ def test_q2_fixtures_need_every_answer():
     assert {ep13._q2_rule(*c) for c in ep13.Q2_CASES} == set(ep13.ORDER) | {"none"}
 
 
+def test_q2_the_gathered_bytes_and_the_limit_decide_a_case():
+    """Failed on the old cases: any bytes per parameter for the gathered unit passed, and no case sat
+    at the limit, so `<` passed for `<=`."""
+    for wrong in (0, 2, 6, 8, 16):
+        assert any(ep13._q2_rule(*c, gathered=wrong) != ep13._q2_rule(*c) for c in ep13.Q2_CASES), wrong
+    assert any(ep13._q2_rule(*c, strict=True) != ep13._q2_rule(*c) for c in ep13.Q2_CASES)
+    assert any(ep13._q2_rule(*c, tp="all") != ep13._q2_rule(*c) for c in ep13.Q2_CASES)
+
+
 # --- q3 -----------------------------------------------------------------------------------------------
 
-def comm_bytes_per_step(n, world, strategy, size, passes=None, ring=True, scale=1.0):
-    factor = (passes or {"DDP": 2, "ZeRO-2": 2, "ZeRO-3": 3})[strategy]
-    return factor * ((world - 1) / world if ring else 1) * n * size * scale
+def hsdp_bytes_sent(n, g, m, b, inside_passes=3, across_passes=2, share=True, inside_world=None, ring=True,
+                    scale=1.0):
+    w = inside_world(g, m) if inside_world else g
+    inside = inside_passes * ((w - 1) / w if ring else 1) * n * b
+    across = across_passes * ((m - 1) / m if ring else 1) * (n / g if share else n) * b
+    return inside * scale, across * scale
+
+
+def hsdp_other_way(n_params, gpus_per_node, nodes, bytes_per_value):
+    model = n_params * bytes_per_value
+    inside = sum((gpus_per_node - 1) / gpus_per_node * model for _ in ("gather", "gather again", "scatter"))
+    shard = model / gpus_per_node
+    return [inside, 2 * shard * (nodes - 1) / nodes]
 
 
 def q3_variant(**kw):
-    return lambda n, world, strategy, size: comm_bytes_per_step(n, world, strategy, size, **kw)
+    return lambda n, g, m, b: hsdp_bytes_sent(n, g, m, b, **kw)
 
 
 Q3_WRONG = {
-    "no (N-1)/N": (q3_variant(ring=False), ["(N − 1)/N"]),
-    "all-reduce once": (q3_variant(passes={"DDP": 1, "ZeRO-2": 2, "ZeRO-3": 3}), ["twice"]),
-    "ZeRO-3 gathers once": (q3_variant(passes={"DDP": 2, "ZeRO-2": 2, "ZeRO-3": 2}), ["3 passes"]),
-    "ZeRO-2 gathers twice": (q3_variant(passes={"DDP": 2, "ZeRO-2": 3, "ZeRO-3": 3}), ["2 passes"]),
-    "all ranks together": (lambda n, w, s, b: comm_bytes_per_step(n, w, s, b) * w, ["all the ranks"]),
+    "whole gradients across nodes": (q3_variant(share=False), ["whole gradients", "shard"]),
+    "ZeRO-2 inside": (q3_variant(inside_passes=2), ["3 passes"]),
+    "all-reduce once": (q3_variant(across_passes=1), ["all-reduce is two"]),
+    "3 passes across": (q3_variant(across_passes=3), ["only the gradients cross nodes"]),
+    "ring of all the GPUs inside": (q3_variant(inside_world=lambda g, m: g * m), ["(G − 1)/G"]),
+    "no ring share": (q3_variant(ring=False), ["ring's share"]),
+    "swapped": (lambda n, g, m, b: hsdp_bytes_sent(n, g, m, b)[::-1], ["wrong way round"]),
+    "all GPUs together": (lambda n, g, m, b: tuple(v * g * m for v in hsdp_bytes_sent(n, g, m, b)),
+                          ["all the GPUs"]),
     "bits": (q3_variant(scale=8), ["bits"]),
     "GB": (q3_variant(scale=1e-9), ["in GB"]),
-    "no bytes per value": (lambda n, w, s, b: comm_bytes_per_step(n, w, s, 1), ["bytes_per_value"]),
-    "a constant": (lambda n, w, s, b: 1e9, ["for every case"]),
-    "text": (lambda n, w, s, b: "3 GB", ["should be a number"]),
+    "no bytes per value": (lambda n, g, m, b: hsdp_bytes_sent(n, g, m, 1), ["bytes_per_value"]),
+    "a constant": (lambda n, g, m, b: (1e9, 1e8), ["for every case"]),
+    "one number": (lambda n, g, m, b: sum(hsdp_bytes_sent(n, g, m, b)), ["pair"]),
+    "text": (lambda n, g, m, b: ("3 GB", "1 GB"), ["should be a number"]),
 }
 
 
-def test_q3_right_answer_passes_and_stub_is_not_done():
-    result, message = outcome(ep13.q3, comm_bytes_per_step)
-    assert result == "correct", message
+def test_q3_right_answers_pass_and_stub_is_not_done():
+    for fn in (hsdp_bytes_sent, hsdp_other_way):
+        result, message = outcome(ep13.q3, fn)
+        assert result == "correct", message
     assert outcome(ep13.q3, ____)[0] == "not-done"
 
 
@@ -186,8 +242,11 @@ def test_q3_wrong_answers_are_named(name):
     assert_wrong(ep13.q3, (fn,), words)
 
 
-def test_q3_a_world_of_one_sends_nothing():
-    assert_wrong(ep13.q3, (lambda n, w, s, b: comm_bytes_per_step(n, max(w, 2), s, b),), ["nobody to send to"])
+def test_q3_fixtures_separate_the_collectives():
+    """One node (nothing crosses), one GPU per node (nothing stays inside), and several of each."""
+    cases = ep13.Q3_CASES
+    assert any(c[2] == 1 for c in cases) and any(c[1] == 1 for c in cases)
+    assert any(c[1] > 1 and c[2] > 1 and c[1] != c[2] for c in cases)
 
 
 # --- q4 -----------------------------------------------------------------------------------------------
@@ -229,6 +288,8 @@ Q4_WRONG = {
     "old shard returned": (lambda s, n, r: (s[r] if r < len(s) else s[0], reshard(s, n, r)[1]), ["old rank"]),
     "whole tensor": (lambda s, n, r: (torch.cat(s), reshard(s, n, r)[1]), ["whole tensor"]),
     "not a pair": (lambda s, n, r: reshard(s, n, r)[0], ["pair"]),
+    "sources unsorted": (lambda s, n, r: (reshard(s, n, r)[0], reshard(s, n, r)[1][::-1]
+                                          if len(reshard(s, n, r)[1]) > 1 else reshard(s, n, r)[1]), ["sorted"]),
     "sources not numbers": (lambda s, n, r: (reshard(s, n, r)[0], "all"), ["old rank numbers"]),
     "a list, not a tensor": (lambda s, n, r: (reshard(s, n, r)[0].tolist(), reshard(s, n, r)[1]), ["tensor"]),
 }

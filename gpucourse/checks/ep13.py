@@ -1,13 +1,14 @@
 """Checks for episode 13, "When the model does not fit one GPU".
 
 ``q1`` what each rank holds of a parameter, and what it allocates (padding) · ``q2`` which strategy lets
-a model train on given GPUs · ``q3`` the bytes a rank sends per step, DDP against ZeRO-2 and ZeRO-3 ·
+a model train on given GPUs (the ZeRO paper's stages at the step's peak, TP inside a node) · ``q3`` HSDP:
+the bytes a GPU sends inside its node and across nodes per step ·
 ``q4`` reshard a checkpoint: a new rank's piece, and the old ranks' files it reads.
 
 Every check calls the learner's function on cases of its own, chosen so that every pair of rules the
 prompt tells apart gives different answers on at least one case (a world size that divides the rows
 and one that does not; torch.chunk's split and an as-even-as-possible one; a model that only tensor
-parallelism fits). ``q1`` and ``q4`` get their right answers from ``torch.chunk`` itself, the split
+parallelism inside a node fits, one that fits exactly). ``q1`` and ``q4`` get their right answers from ``torch.chunk`` itself, the split
 FSDP2 uses (``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``, ``_chunk_with_empty``); ``q2`` and
 ``q3`` recompute the episode's formulas. A wrong answer that a known mistake explains on every case
 (or on the most of those it got wrong) is named.
@@ -38,10 +39,14 @@ def _rows(rows: int, world: int, how: str = "chunk") -> list[int]:
 
 
 def _name_mistake(got, wrong_cases, candidates, same, what, where: str):
-    """Raise Wrong naming the candidate mistake that explains the most wrong cases, or show one case."""
-    fit = best_fit(wrong_cases, lambda c: got[c], candidates, same)
+    """Raise Wrong naming the candidate mistake that agrees with the answer on the most cases (right ones
+    included, so a mistake that would have spoiled a case the answer got right loses), if it explains at
+    least one wrong case."""
+    fit = best_fit(list(got), lambda c: got[c], candidates, same)
     if fit:
-        message, explained, _ = fit
+        message = fit[0]
+        explained = sum(bool(same(got[c], candidates(c)[message])) for c in wrong_cases)
+    if fit and explained:
         case = next(c for c in wrong_cases if same(got[c], candidates(c)[message]))
         also = f" (this mistake gives your answers on {explained} of the {len(wrong_cases)} cases you got wrong)" \
             if explained < len(wrong_cases) else ""
@@ -83,6 +88,9 @@ def _q1_owned_mistakes(shape, world) -> dict:
         "fewer or none.": [r * row for r in _rows(shape[0], world, "even")],
         "you gave every rank rows // world rows: the remainder rows are lost; torch.chunk gives the first ranks "
         "ceil(rows / world) rows each.": [r * row for r in _rows(shape[0], world, "floor")],
+        "you took rows // world + 1 rows as the chunk size: that is ceil(rows / world) only when the rows do "
+        "not divide; when they do, each chunk is rows / world rows.":
+            [max(0, min(shape[0] // world + 1, shape[0] - r * (shape[0] // world + 1))) * row for r in range(world)],
         "you gave every rank ceil(rows / world) rows: that is what each rank allocates (padding included), not "
         "what it holds; the last ranks hold fewer rows or none.": [r * row for r in _rows(shape[0], world, "ceil")],
         "you divided the elements, not the rows: FSDP splits dimension 0, whole rows at a time.":
@@ -98,6 +106,8 @@ def _q1_alloc_mistakes(shape, world) -> dict:
     return {
         "you padded the flattened tensor (ceil(elements / world), what FSDP1's flat parameter does); FSDP2 pads "
         "whole rows: ceil(rows / world) rows on every rank.": math.ceil(numel / world),
+        "you padded to rows // world + 1 rows: when the rows divide, the padded size is rows / world rows, "
+        "ceil(rows / world).": (shape[0] // world + 1) * row,
         "elements / world is not a whole shard: every rank allocates ceil(rows / world) whole rows.": numel / world,
         "rows // world drops the remainder: every rank allocates ceil(rows / world) rows, padding included.":
             shape[0] // world * row,
@@ -163,53 +173,76 @@ q1 = Exercise("ep13.q1", _check_shards,
 
 # --- q2: which strategy fits ----------------------------------------------------------------------------
 
-ORDER = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "TP")
+ORDER = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "ZeRO-3+TP")
 
 
-def _per_gpu(strategy, params, largest, gpus, *, gathered=True, ddp_bytes=16, zero1_grads=False,
-             zero2_params=False):
+def _per_gpu(strategy, params, largest, gpus, *, gathered=4, ddp_bytes=16, zero1_grads=False,
+             zero2_params=False, tp="node"):
+    """Bytes per GPU at the step's peak, the ZeRO paper's stages (Rajbhandari et al. 2020, §5)."""
     n = gpus
+    split = {"node": min(8, gpus), "all": gpus, "eight": 8, "none": 1}[tp]
     return {"DDP": ddp_bytes * params,
             "ZeRO-1": (2 + 2) * params + 12 * params / n if not zero1_grads else 2 * params + 14 * params / n,
             "ZeRO-2": 2 * params + 14 * params / n if not zero2_params else 16 * params / n,
-            "ZeRO-3": 16 * params / n + (4 * largest if gathered else 0),
-            "TP": 16 * params / n}[strategy]
+            "ZeRO-3": 16 * params / n + gathered * largest,
+            "ZeRO-3+TP": 16 * params / n + gathered * largest / split}[strategy]
 
 
-def _q2_rule(params, largest, gpus, memory, *, order=ORDER, allow_none=True, per_all=False, **kw):
+def _q2_rule(params, largest, gpus, memory, *, order=ORDER, allow_none=True, per_all=False, strict=False, **kw):
     room = memory * (gpus if per_all else 1)
     for strategy in order:
-        if _per_gpu(strategy, params, largest, gpus, **kw) <= room:
+        need = _per_gpu(strategy, params, largest, gpus, **kw)
+        if need < room or (need == room and not strict):
             return strategy
     return "none" if allow_none else order[-1]
 
 
-Q2_CASES = [  # (parameters, largest layer's parameters, GPUs, bytes per GPU), each with another answer
+Q2_CASES = [  # (parameters, largest unit's parameters, GPUs, bytes per GPU), each with another answer
     (1_000_000_000, 100_000_000, 8, 80e9),        # DDP: 16 GB
+    (5_000_000_000, 100_000_000, 8, 80e9),        # DDP: exactly 80 GB ("at most")
     (7_000_000_000, 200_000_000, 8, 80e9),        # ZeRO-1: 28 + 10.5 GB
     (7_000_000_000, 200_000_000, 8, 32e9),        # ZeRO-2: 14 + 12.25 GB
     (7_000_000_000, 200_000_000, 8, 24e9),        # ZeRO-3: 14 GB + 0.8 GB gathered
-    (70_000_000_000, 8_000_000_000, 128, 16e9),   # TP: one layer gathered (32 GB) is more than a GPU
+    (70_000_000_000, 8_000_000_000, 128, 16e9),   # ZeRO-3+TP: the unit gathered whole (32 GB) does not fit
     (70_000_000_000, 1_000_000_000, 8, 80e9),     # none: 140 GB per GPU even fully split
     (2_000_000_000, 50_000_000, 2, 17e9),         # ZeRO-3 on two GPUs: 16 GB + 0.2 GB gathered
+    (8_000_000_000, 1_000_000_000, 64, 6e9),      # ZeRO-3 exactly: 2 + 4 GB; 8 bytes gathered would not fit
+    (8_000_000_000, 1_000_000_000, 64, 5e9),      # ZeRO-3+TP: 2 + 0.5 GB; 2 bytes gathered would pass ZeRO-3
+    (70_000_000_000, 8_000_000_000, 128, 12e9),   # none: TP inside a node (8) leaves 8.75 + 4 GB
+    (2_000_000_000, 400_000_000, 4, 9e9),         # ZeRO-3+TP over the node's 4 GPUs: 8 + 0.4 GB
+    (2_000_000_000, 400_000_000, 4, 8.3e9),       # none: TP cannot split 8 ways on 4 GPUs
 ]
 
 
 def _q2_mistakes(case) -> dict:
     p, l, g, m = case
     return {
-        "you left out the layer ZeRO-3 gathers while it computes (its bfloat16 weights and gradients, 4 bytes "
-        "per parameter of the largest layer): only tensor parallelism splits a layer itself.":
-            _q2_rule(p, l, g, m, gathered=False),
+        "you left out the unit ZeRO-3 gathers while it computes (its 16-bit weights and gradients, 4 bytes "
+        "per parameter of the largest unit).": _q2_rule(p, l, g, m, gathered=0),
+        "you counted the gathered unit at 2 bytes per parameter (its 16-bit weights only); while it computes "
+        "backward its 16-bit gradients exist too: 2 + 2 = 4 bytes per parameter.": _q2_rule(p, l, g, m, gathered=2),
+        "you counted the gathered unit at 8 bytes per parameter (float32 weights and gradients); it is gathered "
+        "in 16 bits: 2 + 2 = 4 bytes per parameter.": _q2_rule(p, l, g, m, gathered=8),
+        "you counted the gathered unit at 6 bytes per parameter; its weights and its gradients are both 16-bit: "
+        "4 bytes per parameter.": _q2_rule(p, l, g, m, gathered=6),
+        "you counted the gathered unit at 16 bytes per parameter (all its state); only its 16-bit weights and "
+        "gradients are gathered: 4 bytes per parameter.": _q2_rule(p, l, g, m, gathered=16),
+        "you split the gathered unit over all the GPUs; tensor parallelism stays inside one node, at most 8 "
+        "GPUs (its all-reduces sit on every layer's path): divide by min(8, n_gpus).": _q2_rule(p, l, g, m, tp="all"),
+        "you split the gathered unit 8 ways on fewer than 8 GPUs; tensor parallelism uses the GPUs there are: "
+        "min(8, n_gpus).": _q2_rule(p, l, g, m, tp="eight"),
+        "you compared with < where the prompt says 'at most': a strategy that needs exactly the GPU's memory "
+        "fits.": _q2_rule(p, l, g, m, strict=True),
         "you counted DDP at 4 bytes per parameter (the weights only); each GPU also holds the gradients and "
         "Adam's state: 16 bytes per parameter.": _q2_rule(p, l, g, m, ddp_bytes=4),
         "your ZeRO-1 shards the gradients too; that is ZeRO-2. ZeRO-1 shards only the optimizer state "
-        "(12 bytes per parameter), each GPU keeps 2 + 2 bytes of bfloat16 weights and gradients.":
+        "(12 bytes per parameter), each GPU keeps 2 + 2 bytes of 16-bit weights and gradients.":
             _q2_rule(p, l, g, m, zero1_grads=True),
-        "your ZeRO-2 shards the weights too; that is ZeRO-3. ZeRO-2 keeps the 2-byte weights on every GPU.":
+        "your ZeRO-2 shards the weights too: FSDP's SHARD_GRAD_OP does so at rest, but from forward to backward "
+        "every GPU holds them whole, as the paper's ZeRO-2 does always: 2 bytes per parameter, whole.":
             _q2_rule(p, l, g, m, zero2_params=True),
-        "you tried tensor parallelism before ZeRO-3; take the strategies in the order given (the least "
-        "communication first): ZeRO-3 whenever it fits.": _q2_rule(p, l, g, m, order=ORDER[:3] + ("TP", "ZeRO-3")),
+        "you tried ZeRO-3+TP before ZeRO-3; take the strategies in the order given: ZeRO-3 whenever it fits.":
+            _q2_rule(p, l, g, m, order=ORDER[:3] + ("ZeRO-3+TP", "ZeRO-3")),
         "when nothing fits, return 'none'.": _q2_rule(p, l, g, m, allow_none=False),
         "you compared with the memory of all the GPUs together; each GPU must hold its own part in its own "
         "memory.": _q2_rule(p, l, g, m, per_all=True),
@@ -219,6 +252,7 @@ def _q2_mistakes(case) -> dict:
 def _normal(answer) -> str:
     text = str(answer).strip().lower().replace(" ", "").replace("-", "").replace("_", "")
     names = {s.lower().replace("-", ""): s for s in ORDER + ("none",)}
+    names.update({"zero3tp": "ZeRO-3+TP", "tp": "TP"})
     return names.get(text, text)
 
 
@@ -231,6 +265,9 @@ def _check_strategy(strategy_that_fits):
         if not isinstance(raw, str):
             raise Wrong(f"{what} returned {describe(raw)}; return one of {', '.join(map(repr, ORDER))} or 'none'.")
         got[case] = _normal(raw)
+        if got[case] == "TP":
+            raise Wrong(f"{what} returned {raw!r}: tensor parallelism alone does not shard the rest of the state "
+                        "across nodes; the option is 'ZeRO-3+TP' (FSDP across nodes, TP inside one).")
         if got[case] not in ORDER + ("none",):
             raise Wrong(f"{what} returned {raw!r}; return one of {', '.join(map(repr, ORDER))} or 'none'.")
         if got[case] != _q2_rule(*case):
@@ -242,54 +279,62 @@ def _check_strategy(strategy_that_fits):
         what = lambda c: f"strategy_that_fits({c[0]:_}, {c[1]:_}, {c[2]}, {c[3]:.3g})"  # noqa: E731
         _name_mistake(got, wrong, _q2_mistakes, lambda a, b: a == b, what, _where(len(got) - len(wrong), len(got)))
         case = wrong[0]
+        need = ", ".join(f"{s} {_per_gpu(s, *case[:3]) / 1e9:.4g} GB" for s in ORDER)
         raise Wrong(f"{what(case)} returned {got[case]!r}{_where(len(got) - len(wrong), len(got))}; expected "
-                    f"{_q2_rule(*case)!r}.")
+                    f"{_q2_rule(*case)!r} (per GPU: {need}).")
     return (f"right on {len(Q2_CASES)} models and machines. A 7B model on 8 GPUs of 24 GB needs ZeRO-3: "
-            f"{_per_gpu('ZeRO-3', 7e9, 2e8, 8) / 1e9:.1f} GB each.")
+            f"{_per_gpu('ZeRO-3', 7e9, 2e8, 8) / 1e9:.1f} GB each; ZeRO-2 would need "
+            f"{_per_gpu('ZeRO-2', 7e9, 2e8, 8) / 1e9:.2f} GB, most of it the whole 16-bit weights.")
 
 
 q2 = Exercise("ep13.q2", _check_strategy,
-              hint=("For each strategy, which of the 2 + 2 + 12 bytes per parameter does a GPU keep whole, and "
-                    "which does it keep a 1/N share of?",
+              hint=("For each strategy, which of the 2 + 2 + 12 bytes per parameter does a GPU hold whole at the "
+                    "step's peak, and which only a 1/N share of? What does ZeRO-3 hold whole for a moment?",
                     "Work out the bytes per GPU of each strategy in the order given and pick the first that is "
-                    "no more than one GPU's memory; for ZeRO-3 add the largest layer gathered while it computes "
-                    "(its weights and gradients in bfloat16). If none fits, say so."),
+                    "no more than one GPU's memory (equal fits). ZeRO-2 keeps the 16-bit weights whole; ZeRO-3 "
+                    "adds the largest unit's 16-bit weights and gradients; with TP that unit is split over the "
+                    "GPUs of one node, at most 8. If none fits, say so."),
               solution=solution_link(NOTEBOOK))
 
 
-# --- q3: communication per step ----------------------------------------------------------------------
+# --- q3: HSDP, sharded inside a node, replicated across nodes --------------------------------------------
 
-FACTORS = {"DDP": 2, "ZeRO-2": 2, "ZeRO-3": 3}     # full-size passes of a ring per step, times (N-1)/N
-
-Q3_CASES = [(6_738_415_616, 8, "ZeRO-3", 2), (6_738_415_616, 8, "DDP", 2), (134_000_000, 2, "ZeRO-2", 4),
-            (134_000_000, 64, "ZeRO-3", 4), (1_000_000, 1, "DDP", 4), (70_553_706_496, 1024, "DDP", 2),
-            (70_553_706_496, 4, "ZeRO-2", 2)]
+Q3_CASES = [(6_738_415_616, 8, 8, 2), (6_738_415_616, 8, 16, 2), (134_000_000, 4, 2, 4),
+            (70_553_706_496, 8, 128, 2), (1_000_000, 8, 1, 4), (1_000_000, 1, 4, 4), (134_000_000, 2, 3, 4)]
 
 
-def _q3_bytes(n, world, strategy, size, *, factors=FACTORS, ring=True, scale=1.0):
-    share = (world - 1) / world if ring else 1
-    return factors[strategy] * share * n * size * scale
+def _q3_bytes(n, per_node, nodes, size, *, inside_passes=3, across_passes=2, across_share=True,
+              inside_world=None, ring=True, swap=False, scale=1.0):
+    """(bytes one GPU sends inside its node, bytes it sends to other nodes), per step."""
+    g = inside_world or per_node
+    inside = inside_passes * ((g - 1) / g if ring else 1) * n * size
+    across = across_passes * ((nodes - 1) / nodes if ring else 1) * (n / per_node if across_share else n) * size
+    pair = (across, inside) if swap else (inside, across)
+    return pair[0] * scale, pair[1] * scale
 
 
 def _q3_mistakes(case) -> dict:
-    n, world, strategy, size = case
-    right = _q3_bytes(*case)
+    n, g, m, b = case
     return {
-        "the ring's (N − 1)/N is missing: a rank already has its own piece and sends only the others'.":
-            _q3_bytes(*case, ring=False),
-        "DDP's all-reduce passes the gradients round the ring twice (a reduce-scatter, then an all-gather): "
-        "2 (N − 1)/N of their bytes.": _q3_bytes(*case, factors=dict(FACTORS, DDP=1)),
-        "ZeRO-3 gathers every layer's weights twice (in forward, and again in backward, having freed them) and "
-        "reduce-scatters the gradients once: 3 passes.": _q3_bytes(*case, factors=dict(FACTORS, **{"ZeRO-3": 2})),
-        "ZeRO-2 keeps the gathered weights from forward to backward: one all-gather and one reduce-scatter, "
-        "2 passes, as DDP.": _q3_bytes(*case, factors=dict(FACTORS, **{"ZeRO-2": 3})),
-        "that is all the ranks together; return what one rank sends.": right * world,
-        "that is one rank's shard (1/N of the tensor); each pass sends (N − 1)/N of the whole tensor.":
-            right / (world - 1) if world > 1 else math.nan,
-        "that is in bits: bytes are 8 bits.": right * 8,
-        "that is in GB; return bytes.": right / 1e9,
-        "the bytes per value are missing: multiply the parameters by bytes_per_value.":
-            _q3_bytes(n, world, strategy, 1),
+        "across nodes you all-reduced the whole gradients (DDP across nodes); after the reduce-scatter inside "
+        "the node each GPU holds 1/gpus_per_node of them, and only that shard is all-reduced with the other "
+        "nodes.": _q3_bytes(*case, across_share=False),
+        "inside the node you counted 2 passes; with ZeRO-3 the weights are gathered in forward and again in "
+        "backward, and the gradients reduce-scattered: 3 passes.": _q3_bytes(*case, inside_passes=2),
+        "across nodes you counted one pass; an all-reduce is two (a reduce-scatter, then an all-gather).":
+            _q3_bytes(*case, across_passes=1),
+        "across nodes you counted 3 passes: only the gradients cross nodes (one all-reduce, 2 passes); the "
+        "weights are gathered inside the node.": _q3_bytes(*case, across_passes=3),
+        "inside the node you used the ring share of all the GPUs, (N − 1)/N; the node's collectives run over "
+        "its gpus_per_node GPUs: (G − 1)/G.": _q3_bytes(*case, inside_world=g * m),
+        "the ring's share is missing: a GPU already has its own piece and sends (P − 1)/P of each pass, P the "
+        "GPUs in that collective.": _q3_bytes(*case, ring=False),
+        "the pair is the wrong way round: (inside the node, across nodes).": _q3_bytes(*case, swap=True),
+        "that is all the GPUs together; return what one GPU sends.":
+            tuple(v * g * m for v in _q3_bytes(*case)),
+        "that is in bits: bytes are 8 bits.": _q3_bytes(*case, scale=8),
+        "that is in GB; return bytes.": _q3_bytes(*case, scale=1e-9),
+        "the bytes per value are missing: multiply the values by bytes_per_value.": _q3_bytes(n, g, m, 1),
     }
 
 
@@ -297,37 +342,51 @@ def _close(a, b) -> bool:
     return not math.isnan(b) and abs(a - b) <= 1e-6 * abs(b) + 1e-9
 
 
-def _check_comm(comm_bytes_per_step):
-    require_function(comm_bytes_per_step, "comm_bytes_per_step")
+def _close_pair(a, b) -> bool:
+    return all(_close(x, y) for x, y in zip(a, b))
+
+
+def _check_hsdp(hsdp_bytes_sent):
+    require_function(hsdp_bytes_sent, "hsdp_bytes_sent")
     got, wrong = {}, []
     for case in Q3_CASES:
-        what = f"comm_bytes_per_step({case[0]:_}, {case[1]}, {case[2]!r}, {case[3]})"
-        got[case] = as_number(what, call_answer(comm_bytes_per_step, *case, what=what))
-        if not _close(got[case], _q3_bytes(*case)):
+        what = f"hsdp_bytes_sent({case[0]:_}, {case[1]}, {case[2]}, {case[3]})"
+        answer = call_answer(hsdp_bytes_sent, *case, what=what)
+        if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+            raise Wrong(f"{what} returned {describe(answer)}; return a pair: (bytes sent inside the node, bytes "
+                        "sent to other nodes).")
+        got[case] = tuple(as_number(f"{what}[{i}]", v) for i, v in enumerate(answer))
+        if not _close_pair(got[case], _q3_bytes(*case)):
             wrong.append(case)
     if wrong:
         if len(set(got.values())) == 1:
-            raise Wrong(f"your function returned {next(iter(got.values())):,.6g} for every case, but the answers "
-                        "differ: compute it from the arguments.")
-        what = lambda c: f"comm_bytes_per_step({c[0]:_}, {c[1]}, {c[2]!r}, {c[3]})"  # noqa: E731
-        _name_mistake(got, wrong, _q3_mistakes, _close, what, _where(len(got) - len(wrong), len(got)))
-        if any(c[1] == 1 and got[c] != 0 for c in wrong):
-            case = next(c for c in wrong if c[1] == 1)
-            raise Wrong(f"{what(case)} returned {got[case]:,.6g}: a world of one process has nobody to send to: 0.")
+            raise Wrong(f"your function returned {next(iter(got.values()))} for every case, but the answers "
+                        "differ: compute them from the arguments.")
+        what = lambda c: f"hsdp_bytes_sent({c[0]:_}, {c[1]}, {c[2]}, {c[3]})"  # noqa: E731
+        _name_mistake(got, wrong, _q3_mistakes, _close_pair, what, _where(len(got) - len(wrong), len(got)))
+        lone = [c for c in wrong if (c[1] == 1 and got[c][0] != 0) or (c[2] == 1 and got[c][1] != 0)]
+        if lone:
+            case = lone[0]
+            raise Wrong(f"{what(case)} returned {got[case]}: a collective among one GPU (one GPU per node, or one "
+                        "node) has nobody to send to: 0 bytes there.")
         case = wrong[0]
-        raise Wrong(f"{what(case)} returned {got[case]:,.6g}{_where(len(got) - len(wrong), len(got))}; expected "
-                    f"{_q3_bytes(*case):,.6g} bytes.")
-    return (f"right on {len(Q3_CASES)} cases. Llama 2 7B on 8 GPUs in bfloat16: DDP sends "
-            f"{_q3_bytes(6_738_415_616, 8, 'DDP', 2) / 1e9:.1f} GB per rank and step, ZeRO-3 "
-            f"{_q3_bytes(6_738_415_616, 8, 'ZeRO-3', 2) / 1e9:.1f} GB (1.5×).")
+        inside, across = _q3_bytes(*case)
+        side = "inside the node" if not _close(got[case][0], inside) else "across nodes"
+        raise Wrong(f"{what(case)} returned {got[case]}{_where(len(got) - len(wrong), len(got))}: the bytes "
+                    f"{side} are wrong; expected ({inside:,.6g}, {across:,.6g}).")
+    inside, across = _q3_bytes(6_738_415_616, 8, 16, 2)
+    flat = 3 * 127 / 128 * 6_738_415_616 * 2
+    return (f"right on {len(Q3_CASES)} clusters. Llama 2 7B on 16 nodes of 8 GPUs in bfloat16: each GPU sends "
+            f"{inside / 1e9:.1f} GB inside its node and {across / 1e9:.2f} GB across nodes per step; ZeRO-3 over "
+            f"all 128 GPUs would send {flat / 1e9:.1f} GB, most of it between nodes.")
 
 
-q3 = Exercise("ep13.q3", _check_comm,
-              hint=("How many times per step does each strategy move a full-size copy of the model round the ring, "
-                    "and what share of each pass does one rank send?",
-                    "Count the passes: an all-reduce is two (reduce-scatter, then all-gather); ZeRO-2 gathers the "
-                    "weights once and reduce-scatters the gradients; ZeRO-3 gathers them again for backward. Each "
-                    "pass, a rank sends (N − 1)/N of the model's bytes: parameters times bytes per value."),
+q3 = Exercise("ep13.q3", _check_hsdp,
+              hint=("Which collectives stay inside a node under HSDP, which cross nodes, and how much of the "
+                    "model is each one about?",
+                    "Inside the node it is ZeRO-3 over gpus_per_node GPUs: 3 passes (two all-gathers, one "
+                    "reduce-scatter), each sending (G − 1)/G of the model's bytes. Across nodes only each GPU's "
+                    "gradient shard, 1/G of the model, is all-reduced among the nodes: 2 passes of (M − 1)/M."),
               solution=solution_link(NOTEBOOK))
 
 
@@ -413,9 +472,12 @@ def _check_reshard(reshard):
             raise Wrong(f"{what} returned a piece of shape {tuple(piece.shape)}; expected shape "
                         f"{tuple(expected_piece.shape)}, rows of the whole tensor in order.")
         try:
-            got[case] = sorted(int(s) for s in sources)
+            got[case] = [int(s) for s in sources]
         except (TypeError, ValueError):
             raise Wrong(f"{what} gave {describe(sources)} as the sources; give a list of old rank numbers.") from None
+        if got[case] != sorted(got[case]) and sorted(got[case]) == expected_sources:
+            raise Wrong(f"{what} listed the right old ranks, {got[case]}, out of order: return them sorted, "
+                        f"{expected_sources}.")
         if got[case] != expected_sources:
             wrong.append(case)
     if wrong:
