@@ -382,6 +382,11 @@ def _window(util):
     return np.asarray(util)[busy[0]: busy[-1] + 1]
 
 
+def _window_at_least_5(util):
+    busy = np.flatnonzero(np.asarray(util) >= 5)
+    return np.asarray(util)[busy[0]: busy[-1] + 1]
+
+
 def test_q4_right_and_stub():
     assert ep11.q4.outcome(host_bound)[0] == "correct"
     assert ep11.q4.outcome(lambda u: np.mean(_window(u)) < 80)[0] == "correct"     # a NumPy bool
@@ -403,6 +408,9 @@ Q4_WRONG = [
     (lambda u: float(np.mean(_window(u))) / 100 < 0.8 * 100, ["True for every one", "80 %"]),
     (lambda u: float(np.mean(np.asarray(u)[np.asarray(u) > 5])) < 80, ["only the samples above 5 %"]),
     (lambda u: float(np.max(u)) < 80, ["highest sample"]),
+    # the boundaries the prompt states: "less than 80 %" and "the first sample above 5 %"
+    (lambda u: sum(_window(u)) / len(_window(u)) <= 80, ["strict", "not <= 80"]),
+    (lambda u: float(np.mean(_window_at_least_5(u))) < 80, ["ABOVE 5 %", "not >= 5"]),
     (lambda u: True, ["fed"]),
     (lambda u: False, ["starved", "80 %"]),
     (None, ["function itself"]),

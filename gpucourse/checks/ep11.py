@@ -591,12 +591,27 @@ def _traces():
         ("starved almost completely: a short burst every 15 s", np.concatenate([np.tile([60.0] + [0.0] * 149, 4),
                                                                               [60.0]]), True,
          "the device waited nearly all the time between the first and the last burst"),
+        # the two boundaries the prompt states, each with a trace on it: busy exactly 80 % ("less than 80 %"
+        # is a strict <), and an idle device that reads exactly 5 % ("the first sample above 5 %")
+        ("busy exactly 80 % of the training time", np.tile([100.0, 0.0, 100.0, 100.0, 100.0], 20), False,
+         "a run busy exactly 80 % of its training time is not busy LESS than 80 %: the line itself is fed, so the "
+         "comparison is a strict <"),
+        ("fed at 84 %, the idle device reading 5 % before and after", np.concatenate([[5.0] * 30, [84.0] * 60,
+                                                                                      [5.0] * 30]), False,
+         "samples at 5 % are idle, not training: training starts at the first sample ABOVE 5 % and ends at the "
+         "last one"),
     ]
 
 
 def _window(trace):
     """The training window: the rule Monitor.training_mean_util applies in episode 11."""
     return np.asarray(trace, dtype=float)[training_window(list(trace))]
+
+
+def _window_from(trace, busy):
+    """The samples from the first one that ``busy`` accepts to the last: a window with another edge."""
+    marks = [i for i, u in enumerate(trace) if busy(u)]
+    return np.asarray(trace, dtype=float)[marks[0]: marks[-1] + 1]
 
 
 #: Rules a learner may have written instead of "mean over the training window < 80", each with what it
@@ -606,6 +621,9 @@ _Q4_RULES = {
     "your verdicts are backwards: host_bound must be True when the device was busy less than 80 % of the "
     "training time (it waited for the host), False when it was busy more. Flip the comparison.":
         lambda t: not float(np.mean(_window(t))) < 80,
+    "your verdicts are backwards: host_bound must be True when the device was busy less than 80 % of the "
+    "training time (it waited for the host), False when it was busy 80 % or more. Use mean < 80.":
+        lambda t: float(np.mean(_window(t))) > 80,
     "your line seems to be 0.8 (or the mean divided by 100): the samples are percent, from 0 to 100, so "
     "the line is 80, not 0.8.": lambda t: float(np.mean(_window(t))) < 0.8,
     "you averaged the whole trace, idle samples before the first step and after the last included; "
@@ -620,6 +638,11 @@ _Q4_RULES = {
     "host-bound. Use the mean over the training window.": lambda t: float(np.min(_window(t))) < 80,
     "you compared the highest sample with 80 %: the maximum hides the waits. Use the mean over the "
     "training window.": lambda t: float(np.max(t)) < 80,
+    "a run busy exactly 80 % of its training time is not busy LESS than 80 %: it is fed. Use a strict "
+    "< 80, not <= 80.": lambda t: float(np.mean(_window(t))) <= 80,
+    "your training window starts at a sample of exactly 5 %: training starts at the first sample ABOVE "
+    "5 % (an idle device can read 5 %). Use > 5, not >= 5.":
+        lambda t: float(np.mean(_window_from(t, lambda u: u >= 5))) < 80,
 }
 
 
