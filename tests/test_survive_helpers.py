@@ -23,13 +23,17 @@ from gpucourse.profiling import SlowShards
 EPISODE = Path(__file__).resolve().parents[1] / "episodes" / "11-runs-that-survive.ipynb"
 
 # Stands in for `python -m gpucourse.survive_train`: on USR1 or TERM it "saves" and exits
-# 128 + the signal's number, as the script does; FINISH makes it end by itself.
+# 128 + the signal's number, as the script does; FINISH makes it end by itself. It waits in a
+# `sleep` that it stops on its way out and that writes nowhere: a sleep left running with the
+# job's output open would keep that output open, and the test waiting for its end, for the
+# whole sleep (the test then took as long as the sleep, and failed when a busy machine made it
+# a little longer than its 60 s wait).
 FAKE_PYTHON = """#!/bin/bash
-trap 'echo saved >> "$LOG"; exit 138' USR1
-trap 'echo saved >> "$LOG"; exit 143' TERM
+trap 'echo saved >> "$LOG"; kill $! 2>/dev/null; exit 138' USR1
+trap 'echo saved >> "$LOG"; kill $! 2>/dev/null; exit 143' TERM
 echo started >> "$LOG"
 if [ -n "$FINISH" ]; then exit "$FINISH"; fi
-sleep 60 & wait $!
+sleep 600 > /dev/null 2>&1 & wait $!
 """
 FAKE_SCONTROL = """#!/bin/bash
 echo "scontrol $*" >> "$LOG"
@@ -77,7 +81,12 @@ def _run_batch_script(tmp_path: Path, sig=None, finish: str = "") -> tuple[int, 
             time.sleep(0.02)
         _wait_until_trapped(job.pid, (signal.SIGUSR1, signal.SIGTERM))   # the shell's traps are set
         job.send_signal(sig)
-    out, _ = job.communicate(timeout=60)
+    try:
+        out, _ = job.communicate(timeout=600)    # it ends at once: the wait is only a bound
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
     return job.returncode, log.read_text() + out
 
 
