@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ..exercises import Exercise, NotDone, Wrong, as_number, describe, require_function, solution_link
+from .. import exercises as _exercises
 from ..exercises import call_answer as _call
 from ..monitor import training_window
 
@@ -410,7 +411,20 @@ def _killed_before(save_checkpoint, path: Path, state: dict, step: int) -> None:
             save_checkpoint(state, path)
         finally:
             os._exit(0)
-    os.waitpid(pid, 0)
+    # The same save ran to the end in this process (under its deadline) before; a child that does not end
+    # now waits for something a killed save left behind. Its deadline is the one every answer has.
+    deadline = time.monotonic() + _exercises.DEADLINE_S
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            left = sorted(p.name for p in path.parent.iterdir() if p != path)
+            raise Wrong(f"save_checkpoint(state, path), run again after a save killed just before its file "
+                        f"operation {step + 1}, did not return within {_exercises.DEADLINE_S:g} s. The folder held "
+                        f"{left or 'no other file'}: does your save wait for (or loop on) a file that a killed save "
+                        "leaves behind, such as its temporary or a lock? A kill can come at any moment, so a save "
+                        "must not depend on what an earlier one left: write your own temporary and replace it.")
+        time.sleep(0.01)
 
 
 def _describe_operation(name: str, args: tuple, path: Path) -> str:
