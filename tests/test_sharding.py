@@ -53,19 +53,48 @@ def _held(shape, world, rank):
 
 @pytest.fixture(scope="module")
 def fsdp_run(tmp_path_factory):
+    """Started as the episode starts it on Colab's one T4: CPU processes, with ENV, saving a checkpoint.
+    Under the fake CUDA runtime a rank that opens the GPU fails: before worker_env, dcp.save's
+    FileSystemWriter asked for a CUDA stream in every CPU rank (torch.cuda.is_available() was True)."""
     out = tmp_path_factory.mktemp("fsdp")
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with fake_gpu("T4", 1):                   # a machine with one GPU: the run must stay on the CPU
         run = launch(torchrun("--standalone", "--nproc-per-node=2", "-m", "gpucourse.distributed.fsdp_train",
-                              "--out", out, "--strategies", "zero3,zero2,ddp", "--steps", 3),
-                     timeout=240, show=False)
+                              "--out", out, "--strategies", "zero3,zero2,ddp", "--steps", 3,
+                              "--device", "cpu", "--save-at", 2, "--checkpoint", out / "ckpt"),
+                     timeout=240, show=False, env=sharded.worker_env("cpu"))
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
-    assert run.ok, run.output
+    assert run.ok, run.output[-3000:]
+    assert (out / "ckpt" / ".metadata").is_file()
     return [json.loads((out / f"result-rank{r}.json").read_text()) for r in range(2)], left
 
 
-def test_no_process_outlives_the_launch(fsdp_run):
-    assert fsdp_run[1] == set()
+def test_cpu_ranks_see_no_gpu():
+    assert sharded.worker_env("cpu") == {"CUDA_VISIBLE_DEVICES": ""}
+    assert sharded.worker_env("auto") == {} == sharded.worker_env("cuda")
+    with fake_gpu("T4", 1):
+        code = "import torch; print(torch.cuda.is_available())"
+        env = dict(os.environ, **sharded.worker_env("cpu"))
+        seen = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert seen.stdout.split() == ["False"]
+
+
+def test_zero2_holds_the_whole_model_from_forward_to_backward_and_zero3_one_block(fsdp_run):
+    """The paper's ZeRO-2 keeps the 16-bit weights whole; FSDP's SHARD_GRAD_OP holds them whole at the
+    start of backward, though sharded after it. zero3's peak is its shards, plus the rest of one block
+    and of the root (the input and output layers, which compute around every block)."""
+    ranks, _ = fsdp_run
+    full, shapes = ranks[0]["full_params_bytes"], ranks[0]["param_shapes"]
+    last = str(max(int(k.split(".")[0]) for k in shapes))
+
+    def missing(units, rank):          # bytes of `units` this rank does not hold at rest
+        return 4 * sum(math.prod(s) - _held(s, 2, rank) for k, s in shapes.items() if k.split(".")[0] in units)
+
+    for r in ranks:
+        z2, z3 = r["strategies"]["zero2"]["bytes"], r["strategies"]["zero3"]["bytes"]
+        assert z2["params"] < full and z2["params_peak"] == full
+        assert z3["params_peak"] == z3["params"] + missing({"1"}, r["rank"]) + missing({"0", last}, r["rank"])
+        assert r["strategies"]["ddp"]["bytes"]["params_peak"] == full
 
 
 def test_each_rank_holds_its_chunk_and_the_ranks_hold_the_model(fsdp_run):
@@ -109,7 +138,7 @@ def test_fake_process_group_plan_equals_the_closed_form():
         fake = memory_plan.fake_plan(CONFIGS[name], 64, 0)
         closed = memory_plan.closed_form(CONFIGS[name], 64, 0)
         assert fake["how"] == "fake process group"
-        for key in ("held", "parameters", "state_bytes", "gathered_bytes"):
+        for key in ("held", "parameters", "state_bytes", "root_bytes", "layer_bytes", "gathered_bytes"):
             assert fake[key] == closed[key], (name, key)
     assert fake["parameters"] == 70_553_706_496
     assert math.isclose(closed["held"], closed["parameters"] / 64, rel_tol=0.01)
@@ -123,3 +152,30 @@ def test_plan_falls_back_with_a_message_when_the_internal_api_moves(monkeypatch)
     row = memory_plan.plan("Llama-2-7B", 64)
     assert row["how"] == "closed form" and "internal APIs" in row["note"] and "fake_pg" in row["note"]
     assert row["held"] == memory_plan.closed_form(CONFIGS["Llama-2-7B"], 64)["held"]
+
+
+def test_the_70b_plan_goes_below_a_t4_and_the_episode_says_where_from_the_computation():
+    """The episode said the 70B line "stays above a T4"; by its own closed form it crosses below."""
+    from gpucourse import feasibility
+
+    t4 = feasibility.gpu_models()["T4"]["total_memory"]
+    c = CONFIGS["Llama-3.1-70B"]
+    fewest = memory_plan.smallest_world(c, t4)
+    assert fewest is not None and 64 < fewest <= 1024
+    assert memory_plan.closed_form(c, fewest)["per_gpu_bytes"] <= t4 < memory_plan.closed_form(c, fewest // 2)[
+        "per_gpu_bytes"]
+    text = json.loads(open("episodes/13-sharding.ipynb").read())
+    markdown = " ".join("".join(cell["source"]) for cell in text["cells"] if cell["cell_type"] == "markdown")
+    assert "stays above a T4" not in markdown
+    code = " ".join("".join(cell["source"]) for cell in text["cells"] if cell["cell_type"] == "code")
+    assert "smallest_world(" in code
+
+
+def test_the_memory_plan_counts_the_root_whole_and_a_prefetched_layer():
+    c = CONFIGS["Llama-3.1-70B"]
+    row = memory_plan.closed_form(c, 64)
+    h, v = c["hidden_size"], c["vocab_size"]
+    assert row["root_bytes"] == 4 * (2 * v * h + h)
+    layer = (row["parameters"] - (2 * v * h + h)) // c["num_hidden_layers"]
+    assert row["layer_bytes"] == 6 * layer
+    assert memory_plan.activation_bytes(c, 4096) == 80 * 4096 * 8192 * 2 + 2 * 4096 * v * 4

@@ -82,3 +82,20 @@ def test_the_2d_mesh_run_matches_one_process_without_torchs_redistribution_notic
     report = json.loads((tmp_path / "tp-rank0.json").read_text())
     assert (report["dp"], report["tp"]) == (2, 2)
     assert report["max_weight_difference"] < 1e-5
+
+
+def test_the_process_count_is_set_in_one_place_and_every_run_gets_env():
+    """Two T4s need one edit (NPROC = 2), not six: no cell repeats the 4 of the runs (it was in the
+    launch, the result files read, the byte count and the chunk rule). Every launch passes ENV, so CPU
+    ranks see no GPU (dcp.save otherwise opens it from each of them)."""
+    sources = code_cells(EPISODE)
+    setting = [s for s in sources if re.search(r"^NPROC = \d+", s, re.M)]
+    assert len(setting) == 1, "NPROC should be set in exactly one cell"
+    for source in sources:
+        if "launch(torchrun(" in source:
+            assert source.count("launch(") == source.count("env=ENV"), source[:120]
+        for literal in ("range(4)", ".chunk(4)", "N = 4", "/ 4", "ranks[3]"):
+            assert literal not in source, f"{literal!r} repeats the process count: use NPROC ({source[:80]!r})"
+    fixed = [s for s in sources if "--nproc-per-node=4" in s]
+    assert all("NPROC >= 4" in s for s in fixed), "a run of exactly 4 processes must be skipped below 4"
+    assert any('f"--nproc-per-node={NPROC}"' in s for s in sources)

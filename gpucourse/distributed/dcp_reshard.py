@@ -3,8 +3,9 @@
 ``fsdp_train --save-at K`` wrote a ``torch.distributed.checkpoint`` (DCP) folder from N ranks: each
 rank its own shards, plus metadata saying which piece of which tensor is in which file. This
 script starts M ranks (say 2 where the checkpoint has 4), shards a fresh model and optimizer over
-them, and loads the checkpoint: DCP reads, for each rank, only the pieces of the files that overlap
-its new shards. Then it trains the steps the first run trained after step K and compares the
+them, and loads the checkpoint: DCP reads, for each rank, every saved piece that overlaps its new
+shards, whole (``FileSystemReader.read_data`` loads the stored item, then narrows it to the rows
+asked for), not only the overlapping rows. Then it trains the steps the first run trained after step K and compares the
 final weights with the first run's (``final-weights.pt``) and with one process that never stopped.
 
     python -m torch.distributed.run --standalone --nproc-per-node=2 \\
@@ -53,7 +54,7 @@ def load_checkpoint(model, optimizer, folder: Path) -> int:
     # >>> 1. load into this run's shards, whatever the saving run's world size   (single process: torch.load)
     model_state, optim_state = get_state_dict(model, optimizer)  # *this* run's shards
     state = {"model": model_state, "optimizer": optim_state}
-    dcp.load(state, checkpoint_id=folder)          # each rank reads only what it needs
+    dcp.load(state, checkpoint_id=folder)   # reads each saved piece its shards overlap
     set_state_dict(model, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optimizer"])
     # <<<

@@ -13,8 +13,9 @@ move, ``plan`` says so and falls back to the closed form FSDP's sharding implies
 Per GPU, with AdamW in float32 (episode 5's 16 bytes per parameter, sharded):
 
 * parameters, gradients, two Adam moments: this rank's shard of each (``torch.chunk`` of dim 0);
-* the root unit (embeddings, final norm, output layer) gathered in bfloat16 for the whole step: FSDP2
-  never reshards the root after forward (``_fsdp_state.py``, ``_lazy_init``), and its bfloat16
+* the root unit (embeddings, final norm, output layer) gathered in bfloat16 for the whole step: with
+  the default ``reshard_after_forward``, FSDP2 does not reshard the root after forward, as backward
+  needs it at once (``_fsdp_state.py``, ``_lazy_init``), and its bfloat16
   gradients live until the root's reduce-scatter at the end of backward (2 + 2 bytes);
 * a decoder layer gathered while it computes, the next one gathered ahead (prefetch), and one
   layer's bfloat16 gradients before its reduce-scatter (3 x 2 bytes per parameter of a layer);
@@ -90,6 +91,12 @@ def _bytes(held: int, total: int, root: int, layer: int, world: int, how: str) -
     return {"parameters": total, "world": world, "held": held, "state_bytes": state,
             "root_bytes": root_bytes, "layer_bytes": layer_bytes, "gathered_bytes": gathered,
             "per_gpu_bytes": state + gathered, "how": how}
+
+
+def activation_bytes(c: dict, tokens: int) -> int:
+    """A floor for one sequence of ``tokens`` with every layer checkpointed: each layer's bfloat16 input
+    kept for backward, and the float32 logits with their gradient."""
+    return c["num_hidden_layers"] * tokens * c["hidden_size"] * 2 + 2 * tokens * c["vocab_size"] * 4
 
 
 def smallest_world(c: dict, memory: float, worlds=None) -> int | None:
