@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .distributed import _env, kill_group, track
+from .distributed import _env, kill_group, startup_seconds, track
 
 __all__ = ["Result", "command", "run"]
 
@@ -78,9 +78,12 @@ def run(out, *, timeout: float, kill_at: int | None = None, sig: int = signal.SI
     signal (SIGUSR1, SIGTERM) goes to the script alone, which saves and stops. The script waits
     after printing step ``kill_at`` until the signal comes, so the signal lands at that step
     however long a busy machine takes to pass the line on (a few steps take milliseconds).
+    ``timeout`` is for the training: the deadline adds the time this machine takes to start a
+    Python process that imports torch (``distributed.startup_seconds``, measured once).
     """
     if kill_at is not None:
         options.setdefault("pause_at", kill_at)
+    timeout += startup_seconds()
     start = time.perf_counter()
     proc = track(subprocess.Popen(command(out, **options), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, env=_env(env), start_new_session=True,

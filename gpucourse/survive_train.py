@@ -65,9 +65,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--slow-save", type=float, default=0.0,
                    help="(tests) pause this many seconds halfway through writing each checkpoint")
     p.add_argument("--pause-at", type=int, default=None,
-                   help="after printing this step, wait up to 60 s for a signal, so that a kill sent "
-                        "on reading the step lands there and not a few steps later (survive.run sets "
-                        "it to its kill_at)")
+                   help="after printing this step, wait for a signal as long as the process that "
+                        "started this one lives, so that a kill sent on reading the step lands there "
+                        "and not a few steps later, however busy the machine (survive.run sets it to "
+                        "its kill_at)")
     args = p.parse_args(argv)
     sizes = (args.epochs, args.samples, args.batch, args.width, args.every, args.threads, args.keep)
     if min(sizes) < 1 or args.samples < args.batch:
@@ -137,10 +138,12 @@ def main(argv=None, functions: dict | None = None) -> None:
         torch.use_deterministic_algorithms(deterministic)
 
 
-def _wait_for_a_signal(most: float) -> None:
-    """Sleep until a stop is asked for (SIGKILL needs no asking) or ``most`` seconds pass."""
-    until = time.monotonic() + most
-    while not _stop and time.monotonic() < until:
+def _wait_for_a_signal() -> None:
+    """Sleep until a stop is asked for (SIGKILL needs no asking) or the process that started this
+    one has gone (then this one has a new parent): no fixed number of seconds, which a busy
+    machine could outlast before the signal comes."""
+    parent = os.getppid()
+    while not _stop and os.getppid() == parent:
         time.sleep(0.01)
 
 
@@ -225,7 +228,7 @@ def train(args, device: torch.device, functions: dict) -> None:
             done = epoch * steps_per_epoch + step
             say(f"step {done} loss {loss:.5f}")
             if done == args.pause_at:
-                _wait_for_a_signal(60.0)
+                _wait_for_a_signal()
             stopping = done == args.stop_after or bool(_stop)
             if done % args.every == 0 or stopping:
                 save(capture(model, optimizer, scaler, scheduler, epoch, step),

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpucourse.distributed import PORT_CLASH, free_port, free_ports, launch, launch_many, torchrun
+from gpucourse.distributed import (GRACE_S, PORT_CLASH, free_port, free_ports, launch, launch_many,
+                                   python_processes, startup_seconds, torchrun)
 
 
 def _alive(pid: int) -> bool:
@@ -67,10 +68,11 @@ def test_deadline_kills_the_whole_process_group(tmp_path):
     code = ("import subprocess, sys, time; "
             "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
             f"open({str(pidfile)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(60)")
+    start_up = startup_seconds()      # measured before the clock starts: the first call measures it
     start = time.perf_counter()
-    # 8 s: two interpreters must start and the file be written first, on a machine that may be busy
     run = launch([sys.executable, "-c", code], timeout=8, show=False)
-    assert time.perf_counter() - start < 20
+    # the deadline (8 s and the start of one interpreter as measured here), then SIGTERM, SIGKILL
+    assert time.perf_counter() - start < 8 + start_up + 2 * GRACE_S + 5
     assert run.timed_out and "started" in run.output, run.output[-2000:]
     child = int(pidfile.read_text())
     for _ in range(50):
@@ -100,12 +102,52 @@ def test_a_failed_run_with_a_log_prints_its_first_error_in_one_line(tmp_path, ca
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("✗ exit code 1 after") and line.endswith(f"(whole output: {tmp_path / 'run.log'})")
     assert "First error: RuntimeError: Timed out waiting 3000ms for recv operation to complete" in line
-    slow = launch([sys.executable, "-c", "import time; time.sleep(30)"], timeout=2, log=tmp_path / "slow.log")
-    assert slow.timed_out and "killed after the 2 s deadline" in capsys.readouterr().out
+    slow = launch([sys.executable, "-c", "import time; time.sleep(300)"], timeout=2, log=tmp_path / "slow.log")
+    deadline = f"{2 + startup_seconds():.0f} s deadline (2 s for the run and {startup_seconds():.0f} s to start"
+    assert slow.timed_out and deadline in capsys.readouterr().out
+
+
+def test_the_deadline_leaves_time_to_start_the_processes(monkeypatch, capsys):
+    """The deadline is the run's own time plus, per Python process, this machine's start-up: a busy
+    machine's slow start is not taken from the run (episode 9's hang ran out of its 60 s while
+    three processes were still importing torch, on 2 cores with a load of 10)."""
+    import gpucourse.distributed as dist
+
+    monkeypatch.setattr(dist, "_STARTUP", [30.0])       # as if starting one took 30 s here
+    run = launch([sys.executable, "-c", "import time; time.sleep(3); print('finished')"], timeout=0.5,
+                 show=False)
+    assert run.ok and "finished" in run.output, "a run that finished within its start-up allowance was killed"
+    monkeypatch.setattr(dist, "_STARTUP", [1.0])
+    late = launch([sys.executable, "-c", "import time; time.sleep(300)"], timeout=1)
+    assert late.timed_out and late.seconds >= 2, late.seconds
+    assert "killed after the 2 s deadline (1 s for the run and 1 s to start its 1 Python process " \
+           "on this machine)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, processes", [
+    (["--standalone", "--nproc-per-node=2", "-m", "x"], 3),
+    (["--nproc_per_node", "4", "script.py"], 5),
+    (["--nnodes=2", "-m", "x"], 2),
+])
+def test_torchrun_starts_its_own_python_and_one_per_worker(args, processes):
+    assert python_processes(torchrun(*args)) == processes
+    assert python_processes([sys.executable, "-c", "print(1)"]) == 1
+
+
+def test_startup_is_measured_once_and_is_the_start_of_a_python_that_imports_torch(monkeypatch):
+    import gpucourse.distributed as dist
+
+    calls = []
+    real_run = dist.subprocess.run
+    monkeypatch.setattr(dist, "_STARTUP", [])
+    monkeypatch.setattr(dist.subprocess, "run", lambda command, **kw: calls.append(command) or real_run(command, **kw))
+    first = startup_seconds()
+    assert startup_seconds() == first > 0 and len(calls) == 1
+    assert calls[0][0] == sys.executable and "import torch" in calls[0][-1]
 
 
 def test_launch_many_one_deadline():
-    runs = launch_many([[sys.executable, "-c", "print(1)"], [sys.executable, "-c", "import time; time.sleep(30)"]],
+    runs = launch_many([[sys.executable, "-c", "print(1)"], [sys.executable, "-c", "import time; time.sleep(600)"]],
                        timeout=3, show=False)
     assert runs[0].ok and runs[1].timed_out
 
@@ -212,6 +254,7 @@ def test_a_failed_command_stops_the_others_at_once(tmp_path, capsys):
 
     pidfile = tmp_path / "waiter.pid"
     waiter = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    startup_seconds()                # measured before the clock starts
     start = time.perf_counter()
     # the first command fails once the waiter is surely running (its PID file written), however
     # slowly a busy machine starts it
@@ -219,7 +262,7 @@ def test_a_failed_command_stops_the_others_at_once(tmp_path, capsys):
               "    time.sleep(0.01)\nraise ValueError('worker 1 broke')")
     runs = launch_many([[sys.executable, "-c", breaks], [sys.executable, "-c", waiter]], timeout=60,
                        labels=["a", "b"])
-    assert time.perf_counter() - start < 15, "the second command waited for the deadline"
+    assert time.perf_counter() - start < 60, "the second command waited for the deadline"
     assert runs[0].returncode == 1 and runs[1].returncode == STOPPED and not runs[1].timed_out
     assert not _alive(int(pidfile.read_text()))
     out = capsys.readouterr().out
@@ -319,8 +362,6 @@ def _interrupt_when_written(monkeypatch, pidfiles):
 
 
 def test_workers_in_sessions_of_their_own_that_outlive_sigterm_are_stopped(tmp_path):
-    from gpucourse.distributed import GRACE_S
-
     script = tmp_path / "worker.py"
     script.write_text(_STUBBORN_WORKER)
     pidfiles = [tmp_path / "ignores.pid", tmp_path / "blocked.pid"]
@@ -340,13 +381,11 @@ def test_workers_in_sessions_of_their_own_that_outlive_sigterm_are_stopped(tmp_p
     assert run.returncode == 1
     assert not alive, f"workers {alive} (in sessions of their own, outliving SIGTERM) survived the launch"
     started = max(f.stat().st_mtime for f in pidfiles)
-    assert returned - started < GRACE_S + 10, \
+    assert returned - started < GRACE_S + 10 + startup_seconds(), \
         f"the launch returned {returned - started:.1f} s after its command failed (grace {GRACE_S:g} s)"
 
 
 def test_torchrun_workers_that_outlive_sigterm_are_stopped(tmp_path, monkeypatch):
-    from gpucourse.distributed import GRACE_S
-
     script = tmp_path / "worker.py"
     script.write_text("import os\n"
                       "how = 'ignores-sigterm' if os.environ['RANK'] == '0' else 'blocked-in-read'\n"
@@ -362,7 +401,7 @@ def test_torchrun_workers_that_outlive_sigterm_are_stopped(tmp_path, monkeypatch
     for pid in alive:
         os.kill(pid, 9)
     assert not alive, f"torchrun's workers {alive} survived the launch"
-    assert returned - marks["pressed"] < GRACE_S + 10, \
+    assert returned - marks["pressed"] < GRACE_S + 10 + startup_seconds(), \
         f"the launch returned {returned - marks['pressed']:.1f} s after the interrupt (grace {GRACE_S:g} s)"
 
 

@@ -63,8 +63,11 @@ def test_resume_with_loader_workers_is_bitwise_identical(straight, tmp_path):
 def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(straight, tmp_path):
     first = survive.run(tmp_path, timeout=TIMEOUT, stop_after=10, **OPTS)
     assert first.returncode == 0, first.summary(20)
-    # the next save (after step 15) writes half the file, pauses, and is killed there
-    killed = survive.run(tmp_path, timeout=TIMEOUT, kill_when="saving: half written", slow_save=30, **OPTS)
+    # the next save (after step 15) writes half the file, pauses, and is killed there: the pause
+    # outlasts the run's deadline, so however late a busy machine passes the line on, the kill
+    # lands in the pause
+    killed = survive.run(tmp_path, timeout=TIMEOUT, kill_when="saving: half written", slow_save=10 * TIMEOUT,
+                         **OPTS)
     assert killed.killed and killed.last_step == 15, killed.summary(20)
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint-15.pt.")]
     assert leftovers, "the killed writer's temporary file should still be there"
@@ -107,11 +110,36 @@ def test_bad_arguments_are_named(tmp_path):
 
 
 def test_the_deadline_kills_the_run(tmp_path):
+    from gpucourse.distributed import startup_seconds
+
     run = survive.run(tmp_path, timeout=1.0, epochs=10_000)
     assert run.returncode is None
     assert "deadline" in run.summary()
+    assert run.seconds >= 1.0 + startup_seconds(), \
+        "the deadline left no time to start the script: it must add this machine's start-up to the run's time"
     with pytest.raises(ProcessLookupError):
         os.kill(run.pid, 0)
+
+
+def test_the_pause_at_the_kill_step_lasts_until_the_signal_not_a_fixed_time(monkeypatch):
+    """--pause-at waits for the signal as long as its parent lives: a busy machine may take any
+    time to read the step line and send it. It ends when the parent has gone (no process left
+    waiting forever)."""
+    import types
+
+    clock = {"now": 0.0, "sleeps": 0}
+
+    def sleep(seconds):
+        clock["now"] += 30.0                 # every pause looks like 30 s passing
+        clock["sleeps"] += 1
+
+    parents = iter([1234] * 10 + [1] * 100)       # the parent goes after ten looks
+    monkeypatch.setattr(survive_train, "time", types.SimpleNamespace(sleep=sleep, monotonic=lambda: clock["now"]))
+    monkeypatch.setattr(survive_train.os, "getppid", lambda: next(parents))
+    monkeypatch.setattr(survive_train, "_stop", [])
+    survive_train._wait_for_a_signal()
+    assert clock["sleeps"] >= 9, f"it stopped waiting after {clock['now']:.0f} s, with the parent still there"
+    assert clock["sleeps"] < 100, "it went on waiting after its parent had gone"
 
 
 def test_an_interrupt_in_the_notebook_stops_the_run_and_its_loader_workers(tmp_path, monkeypatch):

@@ -15,6 +15,11 @@ once rather than left waiting for it. ``free_port`` and ``free_ports`` ask the o
 is using, so that runs in parallel (two test workers, two learners on one machine) do not
 collide; if a port is taken in the seconds between that choice and a worker's bind, the run
 fails with "Address already in use" and ``launch_many`` tries it once more.
+
+A deadline counts the run's own work: every Python process a launch starts (torchrun's own and
+one per worker) first imports torch, which takes seconds on an idle machine and several times
+as long on a busy one. So ``launch`` adds, per such process, the time this machine took to
+start one (``startup_seconds``, measured once, at the first launch) to the ``timeout`` asked for.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import time
 from dataclasses import dataclass
 
 __all__ = ["Run", "first_error", "free_port", "free_ports", "kill_group", "launch", "launch_many",
-           "run_with_deadline", "torchrun", "track"]
+           "run_with_deadline", "startup_seconds", "torchrun", "track"]
 
 
 @dataclass
@@ -78,6 +83,35 @@ def free_ports(n: int) -> list[int]:
 PORT_CLASH = "Address already in use"
 GRACE_S = 5.0  # from SIGTERM to SIGKILL: time for workers to save and exit cleanly
 _MARK = "GPUCOURSE_LAUNCH"  # in the environment of every process a launch starts, and of theirs
+
+
+_STARTUP: list = []   # the seconds startup_seconds measured, once per process
+
+
+def startup_seconds() -> float:
+    """Seconds this machine takes to start a Python process that imports torch, as torchrun and
+    every worker do before anything else: measured the first time it is asked (a few seconds on
+    an idle machine, several times that on a busy one) and kept for the life of this process."""
+    if not _STARTUP:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch"], env=_env(None), stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        _STARTUP.append(time.perf_counter() - start)
+    return _STARTUP[0]
+
+
+def python_processes(command: list) -> int:
+    """How many Python processes ``command`` starts: torchrun's own and one per worker
+    (``--nproc-per-node``), or 1."""
+    args = [str(c) for c in command]
+    if "torch.distributed.run" not in args:
+        return 1
+    for i, arg in enumerate(args):
+        name, _, value = arg.partition("=")
+        if name.replace("_", "-") == "--nproc-per-node":
+            value = value or (args[i + 1] if i + 1 < len(args) else "")
+            return 1 + (int(value) if value.isdigit() else (os.cpu_count() or 1))
+    return 2                              # torchrun's default: one worker
 
 
 def _env(extra: dict | None) -> dict:
@@ -219,7 +253,9 @@ def launch_many(commands: list, timeout: float, env: dict | list | None = None, 
     ----------
     commands : list of list of str
     timeout : float
-        Seconds for all of them together.
+        Seconds for all of them together, once they have started: the deadline adds, for every
+        Python process the commands start (``python_processes``), the time this machine takes
+        to start one (``startup_seconds``).
     env : dict or list of dict, optional
         Extra environment variables, the same for all or one dict per command.
     show : bool
@@ -243,22 +279,26 @@ def launch_many(commands: list, timeout: float, env: dict | list | None = None, 
     -------
     list of Run
     """
+    processes = sum(python_processes(c) for c in commands)
+    start_up = processes * startup_seconds()
     start = time.perf_counter()
-    runs = run_with_deadline(commands, env, start + timeout)
+    deadline = start + timeout + start_up
+    runs = run_with_deadline(commands, env, deadline)
     if retry and any(not r.ok and not r.timed_out and PORT_CLASH in r.output for r in runs) \
-            and time.perf_counter() - start < timeout - 5:
+            and deadline - time.perf_counter() > start_up + 5:
         if show:
             print(f"({PORT_CLASH}: a port was taken by another program; trying once more)")
         if callable(retry):
             commands, env = retry()
-        runs = run_with_deadline(commands, env, start + timeout)
+        runs = run_with_deadline(commands, env, deadline)
+    late = _timed_out_line(timeout, start_up, processes)
     labels = labels or [" ".join(map(str, c[:1] + c[-3:])) for c in commands]
     for run in runs:
         run.seconds = time.perf_counter() - start
     if log is not None:
         _write_log(log, runs, labels)
         if show:
-            _print_short(runs, labels, timeout, log, lines)
+            _print_short(runs, labels, late, log, lines)
         return runs
     for run, label in zip(runs, labels):
         if show:
@@ -266,7 +306,7 @@ def launch_many(commands: list, timeout: float, env: dict | list | None = None, 
                 print(f"──── {label} ────")
             print(run.output.rstrip())
             if run.timed_out:
-                print(TIMED_OUT.format(timeout=timeout))
+                print(late)
             elif run.returncode == STOPPED:
                 print("✗ stopped because another command of this run failed (see its output).")
             elif not run.ok:
@@ -277,9 +317,13 @@ def launch_many(commands: list, timeout: float, env: dict | list | None = None, 
 
 STOPPED = -999    # the return code of a command stopped because another command of the same run failed
 
-TIMED_OUT = ("✗ killed after the {timeout:g} s deadline (all its processes were stopped). A run that "
-             "stops making progress usually waits for a partner: a worker or node that never started, "
-             "a port another program holds, or a collective that one rank never reaches.")
+def _timed_out_line(timeout: float, start_up: float, processes: int) -> str:
+    """The line printed for a run stopped at its deadline."""
+    return (f"✗ killed after the {timeout + start_up:.0f} s deadline ({timeout:g} s for the run and "
+            f"{start_up:.0f} s to start its {processes} Python process{'es' if processes > 1 else ''} "
+            "on this machine); all its processes were stopped. A run that stops making progress "
+            "usually waits for a partner: a worker or node that never started, a port another "
+            "program holds, or a collective that one rank never reaches.")
 
 
 def _write_log(log, runs: list, labels: list) -> None:
@@ -290,7 +334,7 @@ def _write_log(log, runs: list, labels: list) -> None:
                      f"──── exit code {run.returncode}\n")
 
 
-def _print_short(runs: list, labels: list, timeout: float, log, lines: str | None) -> None:
+def _print_short(runs: list, labels: list, late: str, log, lines: str | None) -> None:
     """The matching lines (each once), then one line: the outcome and where the log is."""
     if lines:
         pattern = re.compile(lines)
@@ -304,7 +348,7 @@ def _print_short(runs: list, labels: list, timeout: float, log, lines: str | Non
     for run, label in failed:
         who = f"{label}: " if len(runs) > 1 else ""
         if run.timed_out:
-            print(f"{who}{TIMED_OUT.format(timeout=timeout)} (whole output: {log})")
+            print(f"{who}{late} (whole output: {log})")
         elif run.returncode == STOPPED:
             print(f"{who}✗ stopped because another command of this run failed.")
         else:
