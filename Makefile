@@ -32,7 +32,7 @@ NOTEBOOK_TESTS := -p no:cacheprovider -n 2 --dist loadfile --nbval-lax
 # A runtime named wrong stops here, before anything is built.
 _ := $(if $(wildcard $(COLAB_CONSTRAINTS)),,$(if $(filter test-colab,$(MAKECMDGOALS)),$(error RUNTIME=$(RUNTIME): there is no $(COLAB_CONSTRAINTS); the runtimes are: $(patsubst colab/%/constraints.txt,%,$(wildcard colab/*/constraints.txt))))))
 
-.PHONY: install lab browser book test test-colab test-cuda-build gpu-check gpu-bundle lint exercises sync clean help
+.PHONY: install lab browser book test test-busy test-colab test-cuda-build gpu-check gpu-bundle lint exercises sync clean help
 
 help:
 	@echo "make install    create .venv and install the pinned requirements"
@@ -73,6 +73,16 @@ browser: $(STAMP)
 
 test: $(STAMP) browser
 	$(QUICK) $(PY) -m pytest $(NOTEBOOK_TESTS) tests episodes solutions exercises
+
+# `make test-busy`: the same tests while LOAD CPU-bound processes keep the machine busy (8: a load
+# average near 10 on 2 cores); tools/busy.py stops them afterwards, even on a failure or Ctrl-C.
+# TESTS=... narrows it, e.g. TESTS="tests/test_distributed.py episodes/09-more-than-one-gpu.ipynb";
+# BUSY_PYTEST="-p no:cacheprovider --nbval-lax" runs it without test workers.
+LOAD ?= 8
+TESTS ?= tests episodes solutions exercises
+BUSY_PYTEST ?= $(NOTEBOOK_TESTS)
+test-busy: $(STAMP) browser
+	$(QUICK) $(PY) tools/busy.py --load $(LOAD) -- $(PY) -m pytest $(BUSY_PYTEST) $(TESTS)
 
 $(COLAB_STAMP): colab/requirements.txt $(COLAB_CONSTRAINTS)
 	@test -n "$(COLAB_PYTHON)" || { echo "make test-colab RUNTIME=$(RUNTIME) needs Python $(COLAB_PY_VERSION) (that Colab runtime's); set COLAB_PYTHON=/path/to/python$(COLAB_PY_VERSION)"; exit 1; }
