@@ -76,6 +76,9 @@ Q1_WRONG = {
     "the group size for the KV heads": (
         lambda config, tokens, batch, dtype: 2 * config.num_hidden_layers * config.head_dim * size_of(dtype)
         * (config.num_attention_heads // config.num_key_value_heads) * tokens * batch, ["group"]),
+    "the 2 twice": (kv_formula(factor=4), ["2 twice"]),
+    "one token too many": (lambda config, tokens, batch, dtype: kv_cache_bytes(config, tokens + 1, batch, dtype),
+                           ["one token too many"]),
 }
 
 
@@ -118,6 +121,8 @@ def floor_variant(size=None, bandwidth_unit=1e9, scale=1e3, memory=False, invert
 
 Q2_WRONG = {
     "GiB/s instead of GB/s": (floor_variant(bandwidth_unit=GIB), ["GiB/s"]),
+    "GB/s not turned into bytes/s": (floor_variant(bandwidth_unit=1), ["bytes per second first"]),
+    "two operations per weight": (floor_variant(scale=2e3), ["two operations per weight"]),
     "forgot the bytes per weight": (floor_variant(size=1), ["bytes per weight"]),
     "4 bytes always": (floor_variant(size=4), ["dtype's own size"]),
     "2 bytes always": (floor_variant(size=2), ["dtype's own size"]),
@@ -154,13 +159,14 @@ def max_context(config, dtype, memory_bytes, batch):
 
 
 def context_variant(weights=True, batch=True, factor=2, heads="kv", rounding=math.floor, clamp=True,
-                    head_dim="config"):
+                    head_dim="config", size=None, cache_size=None, layers=True):
     def fn(config, dtype, memory_bytes, b):
-        size = size_of(dtype)
+        w_size = size or size_of(dtype)
+        c_size = cache_size or size or size_of(dtype)
         h = config.num_key_value_heads if heads == "kv" else config.num_attention_heads
         d = config.head_dim if head_dim == "config" else config.hidden_size // config.num_attention_heads
-        per_token = factor * config.num_hidden_layers * h * d * size
-        room = memory_bytes - (llm.count_parameters(config) * size if weights else 0)
+        per_token = factor * (config.num_hidden_layers if layers else 1) * h * d * c_size
+        room = memory_bytes - (llm.count_parameters(config) * w_size if weights else 0)
         value = rounding(room / (per_token * (b if batch else 1)))
         return max(0, value) if clamp else value
     return fn
@@ -177,7 +183,48 @@ Q3_WRONG = {
     "a float with a fraction": (lambda *args: max_context(*args) + 0.25, ["whole number"]),
     "a constant": (lambda config, dtype, memory_bytes, batch: 4096, ["for every case"]),
     "head dim from hidden_size // heads": (context_variant(head_dim="derived"), ["config.head_dim"]),
+    # a boundary: passed on the check before its case whose room holds a whole number of tokens
+    "rounded up, then 1 taken away": (context_variant(rounding=lambda x: math.ceil(x) - 1),
+                                      ["one token short", "to the byte"]),
+    "a strict < in a loop": (lambda config, dtype, memory_bytes, b: context_loop(config, dtype, memory_bytes, b,
+                                                                                 strict=True),
+                             ["one token short", "strict <"]),
+    "the exact ratio": (context_variant(rounding=lambda x: x), ["exact ratio", "round down"]),
+    "2 bytes for every dtype": (context_variant(size=2), ["2 bytes per value", "dtype's own"]),
+    "the cache in 2 bytes": (context_variant(cache_size=2), ["cache's bytes per value"]),
+    "forgot the layers": (context_variant(layers=False), ["layers are missing"]),
 }
+
+
+def context_loop(config, dtype, memory_bytes, batch, strict=False):
+    """Grow the context a token at a time (in steps of 1,024 first) while the weights and cache fit."""
+    size = size_of(dtype)
+    weights = llm.count_parameters(config) * size
+    fits = (lambda t: weights + kv_cache_bytes(config, t, batch, dtype) < memory_bytes) if strict else (
+        lambda t: weights + kv_cache_bytes(config, t, batch, dtype) <= memory_bytes)
+    if not fits(0):
+        return 0
+    tokens = 0
+    for step in (1024, 1):
+        while fits(tokens + step):
+            tokens += step
+    return tokens
+
+
+def test_q3_a_loop_that_fills_the_memory_to_the_byte_passes():
+    result, message = outcome(ep10.q3, context_loop)
+    assert result == "correct", message
+
+
+def test_q3_has_a_case_at_its_boundary():
+    """One case's room beside the weights holds a whole number of tokens (ceil - 1 and a strict <
+    are one short only there); the others do not, so rounding up and down differ."""
+    exact = []
+    for description, config, dtype, memory_bytes, batch in ep10._q3_cases():
+        room = memory_bytes - llm.count_parameters(config) * size_of(dtype)
+        if room > 0:
+            exact.append(float(room / kv_cache_bytes(config, 1, batch, dtype)).is_integer())
+    assert exact.count(True) == 1 and len(exact) >= 4
 
 
 def test_q3_right_answer_passes_and_stub_is_not_done():
@@ -201,18 +248,19 @@ def cache_read_batch(config, weight_dtype, cache_dtype, context):
     return math.ceil(weights / per_sequence)
 
 
-def cache_read_batch_loop(config, weight_dtype, cache_dtype, context):
+def cache_read_batch_loop(config, weight_dtype, cache_dtype, context, strict=False):
     """Another right way: grow the batch until the cache read reaches the weights."""
-    batch = 1
-    while kv_cache_bytes(config, context, batch, cache_dtype) < llm.count_parameters(config) * size_of(weight_dtype):
+    weights, batch = llm.count_parameters(config) * size_of(weight_dtype), 1
+    while (kv_cache_bytes(config, context, batch, cache_dtype) <= weights if strict
+           else kv_cache_bytes(config, context, batch, cache_dtype) < weights):
         batch += 1
     return batch
 
 
 def batch_variant(rounding=math.ceil, factor=2, heads="kv", head_dim="config", layers=True, context=True,
-                  weight_dtype="own", cache_dtype="own"):
+                  weight_dtype="own", cache_dtype="own", weight_size=None):
     def fn(config, wdt, cdt, n):
-        w_size = size_of(cdt if weight_dtype == "cache" else wdt)
+        w_size = weight_size or size_of(cdt if weight_dtype == "cache" else wdt)
         c_size = size_of(wdt if cache_dtype == "weights" else cdt)
         h = config.num_key_value_heads if heads == "kv" else config.num_attention_heads
         d = config.head_dim if head_dim == "config" else config.hidden_size // config.num_attention_heads
@@ -233,6 +281,16 @@ Q4_WRONG = {
     "cache in the weights' dtype": (batch_variant(cache_dtype="weights"), ["one dtype for both"]),
     "a constant": (lambda config, wdt, cdt, n: 8, ["for every case"]),
     "text": (lambda config, wdt, cdt, n: "batch 8", ["should be a number"]),
+    # a boundary: passed on the check before its case where one sequence's cache divides the weights exactly
+    "rounded down, then 1 added": (batch_variant(rounding=lambda x: math.floor(x) + 1),
+                                   ["one batch too many", "divides the weights' bytes exactly"]),
+    "a strict > in a loop": (lambda *args: cache_read_batch_loop(*args, strict=True),
+                             ["one batch too many", "strict >"]),
+    "rounded up, then 1 added": (lambda *args: cache_read_batch(*args) + 1, ["do not add 1"]),
+    # gives 1 on every case: named as the ratio upside down, not as a constant
+    "the ratio upside down": (lambda config, wdt, cdt, n: math.ceil(
+        kv_cache_bytes(config, n, 1, cdt) / (llm.count_parameters(config) * size_of(wdt))), ["other way up"]),
+    "weights in 2 bytes": (batch_variant(weight_size=2), ["weight_dtype's size"]),
 }
 
 
@@ -252,14 +310,15 @@ def test_q4_wrong_answers_are_named(name):
 
 def test_q4_fixtures_separate_the_quantities_the_prompt_names():
     """Weight and cache dtypes differ somewhere; so do KV and query heads, and head_dim and hidden // heads;
-    and no case's ratio is a whole number, so rounding down and up differ."""
+    one case's ratio is a whole number (floor + 1 and a strict > are one too many only there), and
+    the others' are not, so rounding down and up differ."""
     cases = ep10._q4_cases()
     assert any(w != c for _, _, w, c, _ in cases)
     assert any(c.num_key_value_heads != c.num_attention_heads for _, c, _, _, _ in cases)
     assert any(c.head_dim != c.hidden_size // c.num_attention_heads for _, c, _, _, _ in cases)
-    for description, config, wdt, cdt, n in cases:
-        ratio = llm.count_parameters(config) * size_of(wdt) / kv_cache_bytes(config, n, 1, cdt)
-        assert not float(ratio).is_integer(), description
+    whole = [float(llm.count_parameters(config) * size_of(wdt) / kv_cache_bytes(config, n, 1, cdt)).is_integer()
+             for _, config, wdt, cdt, n in cases]
+    assert whole.count(True) == 1 and len(whole) >= 5
 
 
 # --- the helper --------------------------------------------------------------------------------------

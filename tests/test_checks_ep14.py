@@ -49,6 +49,10 @@ def lora_variant(rule, gqa=True, layers=True, attention="heads"):
         if attention == "hidden":
             h = config.hidden_size
             s = dict(s, q_proj=(h, h), o_proj=(h, h))
+        if attention == "derived":
+            h, d = config.hidden_size, config.hidden_size // config.num_attention_heads
+            q, kv = config.num_attention_heads * d, config.num_key_value_heads * d
+            s = dict(s, q_proj=(h, q), k_proj=(h, kv), v_proj=(h, kv), o_proj=(q, h))
         if not gqa:
             s = {k: (i, config.hidden_size if k in ("k_proj", "v_proj") else o) for k, (i, o) in s.items()}
         return (config.num_hidden_layers if layers else 1) * sum(rule(*s[t], r) for t in targets)
@@ -69,6 +73,10 @@ Q1_WRONG = {
     # q_proj and o_proj sized hidden_size -> hidden_size: passes while heads × head_dim = hidden_size everywhere
     "q and o by hidden_size": (lora_variant(lambda i, o, r: r * (i + o), attention="hidden"),
                                ["q_proj", "num_attention_heads × head_dim"]),
+    "head_dim from hidden_size // heads": (lora_variant(lambda i, o, r: r * (i + o), attention="derived"),
+                                           ["hidden_size // num_attention_heads", "config.head_dim"]),
+    "each adapter twice": (lambda config, r, targets: 2 * lora_trainable(config, r, targets), ["twice"]),
+    "a bias per output": (lora_variant(lambda i, o, r: r * (i + o) + o), ["bias"]),
 }
 
 
@@ -121,6 +129,17 @@ Q2_WRONG = {
     "closed form at alpha = 1": (lambda a, k, c: (1 - a ** (k + 1)) / (1 - a) / (1 + k * c),
                                  ["alpha = 1", "divided by zero", "k + 1"]),
     "a constant": (lambda a, k, c: 2.8, ["for every case"]),
+    "the sum stops at alpha**(k - 1)": (lambda a, k, c: sum(a ** i for i in range(k)) / (1 + k * c),
+                                        ["one term early"]),
+    "the closed form with k, not k + 1": (lambda a, k, c: (k if a == 1 else (1 - a ** k) / (1 - a)) / (1 + k * c),
+                                          ["one term early"]),
+    "the series without end": (lambda a, k, c: (k + 1 if a == 1 else 1 / (1 - a)) / (1 + k * c),
+                               ["without end"]),
+    "k tokens at alpha = 1": (lambda a, k, c: (k if a == 1 else (1 - a ** (k + 1)) / (1 - a)) / (1 + k * c),
+                              ["k + 1 tokens a pass, not k"]),
+    "no large-model pass in the cost": (lambda a, k, c: sum(a ** i for i in range(k + 1)) / (k * c),
+                                        ["large model's own pass is missing"]),
+    "k + 1 draft steps": (lambda a, k, c: sum(a ** i for i in range(k + 1)) / (1 + (k + 1) * c), ["k + 1 steps"]),
 }
 
 

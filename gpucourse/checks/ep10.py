@@ -39,13 +39,15 @@ def _judge(results, alternatives, what_fn, unit: str, *, whole: bool):
     wrong = [r for r in results if not _same(r[1], r[2], whole)]
     if not wrong:
         return
+    # a known mistake that gives every number is named first, even where it gives one number for
+    # every case (a ratio the other way up rounds to 1 everywhere): the constant is the symptom
+    for message in alternatives(results[0][0]):
+        if all(_same(got, alternatives(case)[message], whole) for case, got, _ in results):
+            raise Wrong(message)
     if len(results) > 1 and len({r[1] for r in results}) == 1 and len({r[2] for r in results}) > 1:
         raise Wrong(f"your function returned {results[0][1]:,.6g} for every case, but the answers differ "
                     f"(from {min(r[2] for r in results):,.6g} to {max(r[2] for r in results):,.6g} {unit}): compute "
                     "it from the arguments, not from a number worked out once.")
-    for message in alternatives(results[0][0]):
-        if all(_same(got, alternatives(case)[message], whole) for case, got, _ in results):
-            raise Wrong(message)
     right_on = len(results) - len(wrong)
     where = f" (right for {right_on} of the {len(results)} cases)" if right_on else ""
     fit = best_fit(wrong, lambda r: r[1], lambda r: alternatives(r[0]), lambda got, v: _same(got, v, whole))
@@ -94,6 +96,11 @@ def _kv_mistakes(config, tokens, batch, dtype) -> dict:
     return {
         "the 2 is missing: the cache holds keys *and* values, one tensor of each per layer.":
             _kv_bytes(config, tokens, batch, dtype, factor=1),
+        "you multiplied by 2 twice: the cache holds two tensors per layer (keys and values), each of "
+        "num_key_value_heads × head_dim values per token, at the dtype's bytes per value.":
+            _kv_bytes(config, tokens, batch, dtype, factor=4),
+        "one token too many: the cache of `tokens` tokens holds exactly `tokens` keys and values per layer.":
+            _kv_bytes(config, tokens + 1, batch, dtype),
         "you used the query heads (num_attention_heads); with grouped-query attention the cache has only "
         "num_key_value_heads heads.": _kv_bytes(config, tokens, batch, dtype, kv_heads=config.num_attention_heads),
         "you used hidden_size per layer; the cache stores num_key_value_heads × head_dim values per token and "
@@ -229,6 +236,10 @@ def _floor_mistakes(n, dtype, gpu) -> dict:
         "you divided by the GPU's memory size; divide by its bandwidth (llm.gpus()[gpu]['bandwidth_gbs']).":
             n * _element_size(dtype) / spec["memory_bytes"] * 1e3,
         "you used bits per weight, not bytes: divide by 8.": right * 8,
+        "you counted two operations per weight; the floor is set by bytes read, not by operations: "
+        "parameters × bytes per value ÷ bandwidth.": right * 2,
+        "you divided by the bandwidth in GB/s as it stands; turn it into bytes per second first (× 10**9).":
+            right * 1e9,
     }
 
 
@@ -270,6 +281,10 @@ def _q3_cases():
         ("SmolLM2-135M in float32 within 1 GiB, batch 32", llama_config("SmolLM2-135M"), torch.float32, GIB, 32),
         ("Llama 2 7B in float32 on a T4 (16 GB), batch 1: the weights alone do not fit", llama_config("Llama-2-7B"),
          torch.float32, 16 * 10**9, 1),
+        # the room beside the weights holds a whole number of tokens exactly: a cache that fills the memory to
+        # the byte fits, so ceil - 1 (or a strict <) is one token short only here
+        ("Llama 3.2 1B in float16 in a budget of 3,782,348,800 bytes, batch 4", llama_config("Llama-3.2-1B"),
+         torch.float16, 3_782_348_800, 4),
         # the one model here whose head_dim is not hidden_size // num_attention_heads (256, not 192)
         ("a Gemma-7B-like model (28 layers, 16 heads and KV heads, head_dim 256) in bfloat16 on an L4 (24 GB), "
          "batch 2", _config(hidden_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=16,
@@ -297,6 +312,31 @@ def _q3_mistakes(case, params) -> dict:
         "one token too many: round down (a cache of a fraction of a token does not exist, and rounding up "
         "overflows the memory).": max(0, _max_context(config, dtype, memory_bytes, batch, params=params,
                                                         rounding=math.ceil)) if right else math.nan,
+        "one token short where the room beside the weights holds a whole number of tokens exactly: a cache "
+        "that fills the memory to the byte fits, so round down with // or math.floor, not math.ceil(...) - 1 "
+        "or a strict < in a loop.": max(0, _max_context(config, dtype, memory_bytes, batch, params=params,
+                                                         rounding=lambda x: math.ceil(x) - 1)),
+        "you returned the exact ratio; the answer is a whole number of tokens: round down.":
+            max(0, _max_context(config, dtype, memory_bytes, batch, params=params, rounding=lambda x: x)),
+        "the weights' bytes per value are wrong: count the weights in the dtype given, not 2 bytes each.":
+            max(0, _max_context(config, dtype, memory_bytes - params * (2 - _element_size(dtype)), batch,
+                                params=params)),
+        "the weights' bytes per value are wrong: count the weights in the dtype given, not 4 bytes each.":
+            max(0, _max_context(config, dtype, memory_bytes - params * (4 - _element_size(dtype)), batch,
+                                params=params)),
+        "the cache's bytes per value are wrong: a cache in this dtype stores each value in the dtype's own "
+        "size, not 2 bytes.": max(0, _max_context(config, dtype, memory_bytes, batch, params=params,
+                                                  per_token=per(size=2))),
+        "the layers are missing from the cache per token: every layer keeps its own keys and values.":
+            max(0, _max_context(config, dtype, memory_bytes, batch, params=params, per_token=per(layers=1))),
+        "you used 2 bytes per value for the weights and the cache whatever the dtype: use the dtype's own "
+        "size (torch.empty(0, dtype=dtype).element_size()).":
+            max(0, _max_context(config, dtype, memory_bytes - params * (2 - _element_size(dtype)), batch,
+                                params=params, per_token=per(size=2))),
+        "you used 4 bytes per value for the weights and the cache whatever the dtype: use the dtype's own "
+        "size (torch.empty(0, dtype=dtype).element_size()).":
+            max(0, _max_context(config, dtype, memory_bytes - params * (4 - _element_size(dtype)), batch,
+                                params=params, per_token=per(size=4))),
         "the 2 is missing from the cache per token: keys and values.":
             max(0, _max_context(config, dtype, memory_bytes, batch, params=params, per_token=per(factor=1))),
         "you used the query heads; the cache keeps num_key_value_heads heads.":
@@ -362,6 +402,13 @@ def _q4_cases():
          torch.float8_e4m3fn, 8192),
         ("Llama 3.1 70B, bfloat16 weights and cache", llama_config("Llama-3.1-70B"), torch.bfloat16,
          torch.bfloat16, 32768),
+        # 297,120 float32 parameters are 1,188,480 bytes, exactly 5 sequences of 619 tokens of float8 cache
+        # (237,696 bytes each): there batch 5 reads as many bytes as the weights, so floor + 1 (or a strict >)
+        # gives 6 only here
+        ("a tiny model (3 layers, 6 query heads, 2 KV heads, head_dim 32, a vocabulary of 200), float32 weights, "
+         "float8_e4m3fn cache", _config(vocab_size=200, hidden_size=96, intermediate_size=128, num_hidden_layers=3,
+                                        num_attention_heads=6, num_key_value_heads=2, head_dim=32),
+         torch.float32, torch.float8_e4m3fn, 619),
         # head_dim 256 is not hidden_size // num_attention_heads (192)
         ("a Gemma-7B-like model (28 layers, 16 heads and KV heads, head_dim 256), bfloat16 weights and cache",
          gemma, torch.bfloat16, torch.bfloat16, 8192),
@@ -385,6 +432,16 @@ def _q4_mistakes(case, params) -> dict:
         "not the exact ratio.": batch(rounding=lambda x: x),
         "one batch too few: round up (rounding down gives a batch whose cache read is still below the "
         "weights').": batch(rounding=math.floor),
+        "one batch too many where one sequence's cache divides the weights' bytes exactly: there that batch's "
+        "cache reads as many bytes as the weights, which counts ('at least as many'), so round up with "
+        "math.ceil, not math.floor(...) + 1 or a strict > in a loop.": batch(rounding=lambda x: math.floor(x) + 1),
+        "one batch too many: math.ceil already gives the smallest batch whose cache reaches the weights' "
+        "bytes; do not add 1 to it.": batch() + 1,
+        "that is the ratio the other way up: divide the weights' bytes by one sequence's cache bytes.":
+            math.ceil(_kv_bytes(config, context, 1, cache_dtype)
+                      / (params * _element_size(weight_dtype))),
+        "the weights' bytes per value are wrong: count them in weight_dtype's size, not 2 bytes each.":
+            batch(weight_size=2),
         "the 2 is missing from the cache: every step reads the keys *and* the values.": batch(factor=1),
         "you used the query heads; the cache keeps num_key_value_heads heads.":
             batch(kv_heads=config.num_attention_heads),

@@ -18,6 +18,8 @@ own token (α = 0 gives 1 token, not 0), and α = 1, where the closed form divid
 
 from __future__ import annotations
 
+import math
+
 from ..exercises import Exercise, NotDone, as_number, call_answer, require_function, solution_link
 from .ep10 import _config, _head_dim, _judge
 
@@ -38,8 +40,12 @@ def _shapes(config) -> dict:
 
 
 def _lora_formula(config, r, targets, *, rule=lambda i, o, r: r * (i + o), gqa=True, layers=None,
-                  query_by_hidden=False):
+                  query_by_hidden=False, head_dim=None):
     shapes = _shapes(config)
+    if head_dim is not None:
+        h, d = config.hidden_size, head_dim
+        q, kv = config.num_attention_heads * d, config.num_key_value_heads * d
+        shapes = dict(shapes, q_proj=(h, q), k_proj=(h, kv), v_proj=(h, kv), o_proj=(q, h))
     if query_by_hidden:
         h = config.hidden_size
         shapes = dict(shapes, q_proj=(h, h), o_proj=(h, h))
@@ -99,6 +105,15 @@ def _q1_mistakes(case) -> dict:
             _lora_formula(config, r, targets, layers=1),
         "you counted r × 2 × hidden_size for every target; the MLP layers have intermediate_size on one side.":
             _lora_formula(config, r, targets, rule=lambda i, o, r: 2 * r * config.hidden_size),
+        "you computed head_dim as hidden_size // num_attention_heads; this configuration sets "
+        "config.head_dim to something else: use config.head_dim.":
+            _lora_formula(config, r, targets, head_dim=config.hidden_size // config.num_attention_heads),
+        "you counted each adapter twice: one pair A (r × in) and B (out × r) per layer, r × (in + out) "
+        "parameters, not twice that.": 2 * _lora_formula(config, r, targets),
+        "you counted r × in × out per layer plus the thin matrices; LoRA adds only A (r × in) and B (out × r).":
+            _lora_formula(config, r, targets, rule=lambda i, o, r: r * (i + o) + r * i * o),
+        "you added a bias per output; LoRA's A and B have none (peft's default bias='none').":
+            _lora_formula(config, r, targets, rule=lambda i, o, r: r * (i + o) + o),
         "you added the frozen base weights; only the adapters are trainable.":
             _lora_formula(config, r, targets) + _lora_formula(config, r, targets, rule=lambda i, o, r: i * o),
     }
@@ -140,10 +155,13 @@ def _speedup(alpha, k, c, *, tokens="run", draft="k"):
     with probability alpha**i, so a pass gives 1 + alpha + ... + alpha**k tokens.
     """
     given = {"run": sum(alpha ** i for i in range(k + 1)),
+             "run to k - 1": sum(alpha ** i for i in range(k)),
+             "endless run": 1 / (1 - alpha) if alpha < 1 else float("nan"),
+             "k at one": k if alpha == 1 else sum(alpha ** i for i in range(k + 1)),
              "run without its own": sum(alpha ** i for i in range(1, k + 1)),
              "independent": 1 + k * alpha,
              "all": k + 1}[tokens]
-    cost = {"k": 1 + k * c, "once": 1 + c, "free": 1}[draft]
+    cost = {"k": 1 + k * c, "once": 1 + c, "free": 1, "draft only": k * c, "k + 1": 1 + (k + 1) * c}[draft]
     return given / cost
 
 
@@ -168,6 +186,17 @@ def _q2_mistakes(case) -> dict:
         "a pass costs 1 + k × c.": _speedup(alpha, k, c, draft="once"),
         "that is the ratio the other way up: the speed-up is the tokens a pass gives over what the pass "
         "costs, in passes of the large model alone.": 1 / _speedup(alpha, k, c),
+        "your sum stops one term early, at alpha**(k - 1): with k draft tokens the run can reach all k, so "
+        "the tokens are 1 + alpha + … + alpha**k, (1 - alpha**(k + 1)) / (1 - alpha) in closed form.":
+            _speedup(alpha, k, c, tokens="run to k - 1"),
+        "you summed the series without end, 1 / (1 - alpha); the draft proposes only k tokens, so the run "
+        "stops at alpha**k: 1 + alpha + … + alpha**k.": _speedup(alpha, k, c, tokens="endless run"),
+        "at alpha = 1 every draft token is kept and the large model adds one of its own: k + 1 tokens a "
+        "pass, not k.": _speedup(alpha, k, c, tokens="k at one"),
+        "the large model's own pass is missing from the cost: a pass costs 1 (the large model) + k × c "
+        "(the draft's k steps).": _speedup(alpha, k, c, draft="draft only") if k * c else math.nan,
+        "you charged the draft k + 1 steps; it proposes k tokens, one step each: a pass costs 1 + k × c.":
+            _speedup(alpha, k, c, draft="k + 1"),
     }
 
 
