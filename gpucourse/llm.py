@@ -385,6 +385,31 @@ def weight_dtype(device):
     return torch.bfloat16 if native else torch.float16
 
 
+def aten_calls(fn):
+    """Call ``fn()`` and count the ATen operator calls it makes, by operator name.
+
+    A ``TorchDispatchMode`` sees every call that reaches PyTorch's dispatcher below autograd:
+    views, matrix products, additions, concatenations; composite operators arrive as the
+    operators they are made of. Returns ``(fn's result, collections.Counter)``.
+    """
+    import collections
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Count() as counter:
+        result = fn()
+    return result, counter.calls
+
+
 def cache_bytes(cache) -> int:
     """Bytes of the keys and values a transformers cache holds, added up layer by layer.
 
@@ -453,7 +478,9 @@ def sdpa_repeat_kv_attention(module, query, key, value, attention_mask, **kwargs
 
     Registered as ``REPEAT_KV`` by ``attention_implementation``. The call SDPA then sees has
     equal head counts and no ``enable_gqa``, which the memory-efficient kernel accepts on GPUs
-    older than Ampere; the result is the same attention (tested against ``"sdpa"``).
+    older than Ampere; the result is the same attention (tested against ``"sdpa"``). The repeat
+    runs on every call, decode steps included: each step writes and reads the layer's whole
+    cache with the query heads' count of heads, a fix for prefill memory that costs decode bytes.
     """
     from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
@@ -671,4 +698,4 @@ __all__ = ["REPO_ID", "REVISION", "LICENCE", "SMOLLM2_135M", "CONFIGS", "FIT_GPU
            "register_repeat_kv", "attention_implementation", "prefill_backend",
            "does_not_fit", "strip_trigger", "reason_after_header", "sdpa_backend_problem",
            "gpus", "import_libraries", "llama_config", "count_parameters", "load_model", "encode",
-           "tensor_bytes", "model_bytes", "cache_bytes", "device_map_lines", "lora_model", "bitsandbytes_status"]
+           "tensor_bytes", "model_bytes", "aten_calls", "cache_bytes", "device_map_lines", "lora_model", "bitsandbytes_status"]
