@@ -188,6 +188,27 @@ def test_uneven_bug_times_out_and_fix_runs(tmp_path, capsys):
     assert fixed.ok and fixed.output.count("passed the final barrier") == 2
 
 
+# Rank 1 reaches the join some seconds after rank 0, as two processes that import torch at once on a
+# busy machine do: the short timeout must end the hang of the collectives, not the joining.
+_LATE_RANK = """
+import os, sys, time
+if os.environ["RANK"] == "1":
+    time.sleep(float(sys.argv[1]))
+from gpucourse.distributed import uneven
+uneven.main(sys.argv[2:])
+"""
+
+
+def test_a_rank_that_joins_late_still_shows_the_hang_not_a_failed_join(tmp_path):
+    script = tmp_path / "late_rank.py"
+    script.write_text(_LATE_RANK)
+    bug = launch(torchrun("--standalone", "--nproc-per-node=2", script, 4, "--bug", "--timeout", "2"),
+                 timeout=60, show=False)
+    assert not bug.ok and not bug.timed_out
+    assert "[rank 1] done after 4 steps" in bug.output, "the 2 s timeout ended the joining, 4 s apart"
+    assert re.search(r"RuntimeError: .*[Tt]imed out waiting 2000ms for recv", bug.output), bug.output[-2000:]
+
+
 def _tf_envs() -> list:
     """Two local TensorFlow workers' settings, on ports free now (a retry after a clash asks again)."""
     import json
@@ -566,7 +587,8 @@ SHOWN = {
                        3: ["with strategy.scope():", "keras.Sequential(", "optimizers.SGD("],
                        4: ["compute_average_loss(", "global_batch_size="],
                        5: ["strategy.run(replica_step", "strategy.reduce("]},
-    "uneven": {1: ["if not args.bug:", "ReduceOp.MIN", "dist.all_reduce(grad)"]},
+    "uneven": {1: ['dist.init_process_group("gloo")', "dist.new_group(timeout="],
+               2: ["if not args.bug:", "ReduceOp.MIN", "dist.all_reduce(grad, group=group)"]},
 }
 
 
