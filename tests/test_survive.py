@@ -149,6 +149,9 @@ def test_an_interrupt_in_the_notebook_stops_the_run_and_its_loader_workers(tmp_p
 
     import psutil
 
+    from gpucourse.distributed import startup_seconds
+
+    startup_seconds()                 # measured now, so that the only process started below is the run's
     started, family = [], []
     real_popen = survive.subprocess.Popen
 
