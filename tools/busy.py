@@ -118,7 +118,7 @@ def main(argv=None) -> int:
                 job.kill()
                 job.wait()
         stop(spinners)
-    return code
+    return 128 - code if code < 0 else code      # killed by signal N: 128 + N, as a shell reports it
 
 
 if __name__ == "__main__":
