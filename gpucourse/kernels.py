@@ -47,11 +47,41 @@ class KernelSetupError(RuntimeError):
 
 
 class OutOfBounds(IndexError):
-    """A kernel in the interpreter touched memory outside every tensor it was given."""
+    """A kernel in the interpreter touched memory outside every tensor it was given.
+
+    ``tensor`` is the nearest tensor's argument name, ``verb`` "loads" or "stores",
+    ``past_end`` how many elements past its end the first bad address lies (negative: before
+    its start), ``lanes`` how many lanes of the access were outside every tensor and
+    ``active`` how many lanes the access had switched on, of ``total`` (all of them without a
+    mask).
+    """
+
+    def __init__(self, message: str, tensor: str = "", verb: str = "", past_end: int = 0,
+                 lanes: int = 0, active: int = 0, total: int = 0):
+        super().__init__(message)
+        self.tensor, self.verb, self.past_end = tensor, verb, past_end
+        self.lanes, self.active, self.total = lanes, active, total
 
 
 class Bf16InInterpreter(TypeError):
     """bfloat16 in Triton's interpreter, which computes it wrongly without an error."""
+
+
+class RunawayKernel(RuntimeError):
+    """A kernel ran far more lines, or reached far more barriers, than any right one could:
+    on a GPU it would never end. Counted, not timed, so a busy machine cannot cause it."""
+
+
+class DivergentBarrier(RuntimeError):
+    """Threads of one block reached different numbers of ``syncthreads``: on a GPU that is
+    undefined behaviour (a hang or wrong results), though Numba's simulator lets it pass."""
+
+
+#: Lines a kernel's own code may run in one launch (Triton) or one thread (Numba), and
+#: barriers one thread may reach, before it is stopped as a loop that never ends. A right
+#: kernel in the episode or its exercises runs a few thousand lines at most.
+LINE_LIMIT = 200_000
+BARRIER_LIMIT = 1_000
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -251,13 +281,16 @@ def _check_addresses(builder, ptrs, mask, verb: str) -> None:
         return
     bad = int(addresses[~inside][0])
     name, start, end = min(ranges, key=lambda r: min(abs(bad - r[1]), abs(bad - r[2])))
-    where = (f"{(bad - end) // size + 1} element(s) past the end of {name}" if bad >= end else
-             f"{(start - bad + size - 1) // size} element(s) before the start of {name}")
+    past = (bad - end) // size + 1 if bad >= end else -((start - bad + size - 1) // size)
+    where = (f"{past} element(s) past the end of {name}" if past > 0 else
+             f"{-past} element(s) before the start of {name}")
+    lanes = int((~inside).sum())
     raise OutOfBounds(
-        f"program {tuple(builder.grid_idx)} {verb} {int((~inside).sum())} element(s) outside every "
-        f"tensor it was given, the first {where}. Mask the {verb[:-1]} (mask=offsets < n) so "
-        "that the lanes past the end do nothing: on a GPU this reads or overwrites someone "
-        "else's memory, or stops the program with an illegal address.")
+        f"program {tuple(builder.grid_idx)} {verb} {lanes} element(s) outside every "
+        f"tensor it was given, the first {where}. On a GPU this reads or overwrites someone "
+        "else's memory, or stops the program with an illegal address.",
+        tensor=name, verb=verb, past_end=past, lanes=lanes, active=int(addresses.size),
+        total=int(mask.data.size))
 
 
 def _np_dtype(triton_dtype):
@@ -307,7 +340,7 @@ def guard_interpreter() -> bool:
         outer = getattr(_launch, "ranges", None)
         _launch.ranges = _ranges(self.arg_names, args, kwargs)
         try:
-            with _library_interpreted():
+            with _library_interpreted(), line_budget(self.fn):
                 return call(self, *args, **kwargs)
         finally:
             _launch.ranges = outer
@@ -340,11 +373,56 @@ def _library_interpreted():
         JITFunction.__call__ = original
 
 
+def _budget_tracer(fn, limit: int, what: str):
+    """A ``sys.settrace`` function that counts the lines ``fn``'s own code runs (the
+    interpreter's rewritten copy keeps its name and file) and stops it past ``limit``."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    name, filename = code.co_name, code.co_filename
+    count = 0
+
+    def local(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+            if count > limit:
+                raise RunawayKernel(
+                    f"{what} ran more than {limit:,} lines of {name} without finishing: a loop "
+                    "that never ends. Does the loop's variable change each time round (a step "
+                    "that is never halved, a counter never increased, a range with step 0)?")
+        return local
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_name == name and frame.f_code.co_filename == filename:
+            return local
+        return None
+    return tracer
+
+
+@contextlib.contextmanager
+def line_budget(fn, limit: int | None = None, what: str = "the launch"):
+    """Inside, stop ``fn`` with :class:`RunawayKernel` once its own lines have run more than
+    ``limit`` times (default :data:`LINE_LIMIT`), in this thread. A count, not a clock: the
+    verdict is the same on a busy machine and an idle one."""
+    tracer = _budget_tracer(fn, LINE_LIMIT if limit is None else limit, what)
+    if tracer is None:
+        yield
+        return
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
+
+
 def guard_error(exc: BaseException) -> BaseException | None:
-    """The ``OutOfBounds`` or ``Bf16InInterpreter`` behind an interpreter error, if any."""
+    """The ``OutOfBounds``, ``Bf16InInterpreter`` or ``RunawayKernel`` behind an interpreter
+    error, if any."""
     seen = 0
     while exc is not None and seen < 10:
-        if isinstance(exc, (OutOfBounds, Bf16InInterpreter)):
+        if isinstance(exc, (OutOfBounds, Bf16InInterpreter, RunawayKernel)):
             return exc
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
@@ -405,35 +483,56 @@ for i, job in enumerate(jobs):
     spec.loader.exec_module(module)
     kernel = getattr(module, job["name"])
     major, minor = job["capability"]
-    source = ASTSource(kernel, job["signature"], constexprs=job["constexprs"])
-    compiled = triton.compile(source, target=GPUTarget("cuda", 10 * major + minor, 32),
-                              options={"num_warps": job["num_warps"]})
-    out.append(compiled.asm["ptx"])
+    attrs = {(index,): [["tt.divisibility", 16]] for index in job["aligned"]}
+    source = ASTSource(kernel, job["signature"], constexprs=job["constexprs"], attrs=attrs)
+    try:
+        compiled = triton.compile(source, target=GPUTarget("cuda", 10 * major + minor, 32),
+                                  options={"num_warps": job["num_warps"]})
+        out.append({"ptx": compiled.asm["ptx"]})
+    except Exception as error:                      # the kernel's own mistake, reported per job
+        out.append({"error": f"{type(error).__name__}: {error}"})
 sys.stdout.write(json.dumps(out))
 """
 
 
 def _job(kernel, capability, args, constexprs, num_warps) -> dict:
+    """What the child compiles. Like Triton's JIT, it specialises what a launch with these
+    arguments would: a pointer 16-byte aligned, or an integer divisible by 16, is marked
+    ``tt.divisibility`` 16 (so the PTX has the vector loads the real launch gets), and an
+    integer equal to 1 becomes a constant."""
     import inspect
     import textwrap
 
     fn = getattr(kernel, "fn", kernel)
     source = textwrap.dedent(inspect.getsource(fn))
     header = "import triton\nimport triton.language as tl\n"
+    names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
+    sig = signature(fn, *args, **constexprs)
+    constexprs = dict(constexprs)
+    aligned = []
+    for index, (name, arg) in enumerate(zip(names, args)):
+        if hasattr(arg, "data_ptr"):
+            if arg.data_ptr() % 16 == 0:
+                aligned.append(index)
+        elif isinstance(arg, int) and arg == 1:
+            sig[name], constexprs[name] = "constexpr", 1
+        elif isinstance(arg, int) and arg % 16 == 0:
+            aligned.append(index)
     return {"source": header + source, "name": fn.__name__,
-            "capability": list(capability), "signature": signature(fn, *args, **constexprs),
-            "constexprs": constexprs, "num_warps": num_warps}
+            "capability": list(capability), "signature": sig,
+            "constexprs": constexprs, "aligned": aligned, "num_warps": num_warps}
 
 
-_ptx_cache: dict[str, str] = {}
+_ptx_cache: dict[str, dict] = {}
 
 
-def compile_many(jobs: list[tuple]) -> list[str]:
-    """PTX for each ``(kernel, capability, args, constexprs)``; see :func:`compile_ptx`.
+def compile_results(jobs: list[tuple]) -> list[dict]:
+    """For each ``(kernel, capability, args, constexprs)``, ``{"ptx": ...}`` or, where Triton's
+    compiler refused the kernel, ``{"error": "ExceptionType: message"}``.
 
     Triton's compiler cannot run in a process whose triton interprets (its own library was
-    made for the interpreter), so there the kernels' source is compiled in a child process
-    with the interpreter off; elsewhere, here.
+    made for the interpreter), so the kernels' source is compiled in a child process with the
+    interpreter off. ``RuntimeError`` if the child itself fails (no triton, a crash).
     """
     import json
     import subprocess
@@ -449,9 +548,20 @@ def compile_many(jobs: list[tuple]) -> list[str]:
             last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
             raise RuntimeError(f"compiling {', '.join(sorted({s['name'] for s in todo}))} "
                                f"failed: {last}")
-        for spec, ptx in zip(todo, json.loads(done.stdout)):
-            _ptx_cache[json.dumps(spec, sort_keys=True)] = ptx
+        for spec, result in zip(todo, json.loads(done.stdout)):
+            _ptx_cache[json.dumps(spec, sort_keys=True)] = result
     return [_ptx_cache[key] for key in keys]
+
+
+def compile_many(jobs: list[tuple]) -> list[str]:
+    """PTX for each ``(kernel, capability, args, constexprs)``; see :func:`compile_ptx`."""
+    results = compile_results(jobs)
+    for (kernel, cap, _, _), result in zip(jobs, results):
+        if "error" in result:
+            name = getattr(getattr(kernel, "fn", kernel), "__name__", "kernel")
+            raise RuntimeError(f"compiling {name} for sm_{cap[0]}{cap[1]} failed: "
+                               f"{result['error'].strip().splitlines()[-1]}")
+    return [result["ptx"] for result in results]
 
 
 def compile_ptx(kernel, capability: tuple[int, int], *args, **constexprs) -> str:
@@ -464,13 +574,19 @@ def compile_ptx(kernel, capability: tuple[int, int], *args, **constexprs) -> str
     return compile_many([(kernel, capability, args, constexprs)])[0]
 
 
-#: PTX instructions that say which unit did the multiply-adds.
-MIX = {"fma.rn.f32": "CUDA-core FMA (fp32)", "mma.sync": "tensor cores (mma.sync, sm_80+)",
-       "wgmma": "tensor cores (wgmma, sm_90)"}
+#: PTX instructions that do the multiply-adds of ``tl.dot``, and who issues each one.
+MIX = {"fma.rn.f32": "one fp32 multiply-add on a CUDA core, per thread",
+       "mma.sync": "a tensor-core matrix multiply, per warp of 32 threads (in hardware from "
+                   "sm_70; Triton 3.3 and later emits it from sm_80 only)",
+       "wgmma.mma_async": "a tensor-core matrix multiply, per warp group of 4 warps (sm_90)"}
 
 
 def instruction_mix(ptx: str) -> dict[str, int]:
-    """How many of each instruction in :data:`MIX` the PTX holds (plus global loads/stores)."""
+    """How many of each instruction in :data:`MIX` the PTX holds (plus global loads/stores).
+
+    Only the instructions that multiply are counted (``wgmma.mma_async``, not the
+    ``wgmma.fence`` and ``wgmma.wait_group`` around it). The counts are per thread, per warp
+    and per warp group respectively: compare :func:`multiply_adds`, not these counts."""
     mix = {name: len(re.findall(rf"^\s*(?:@%p\d+\s+)?{re.escape(name)}", ptx, re.M))
            for name in MIX}
     mix["ld.global"] = len(re.findall(r"^\s*(?:@!?%p\d+\s+)?ld\.global", ptx, re.M))
@@ -478,9 +594,20 @@ def instruction_mix(ptx: str) -> dict[str, int]:
     return mix
 
 
+def multiply_adds(ptx: str, num_warps: int = 4) -> int:
+    """Multiply-adds that one program's PTX does, summed over its threads: each
+    ``fma.rn.f32`` is one per thread, each ``mma.sync.…mMnNkK`` M·N·K per warp and each
+    ``wgmma.mma_async.…mMnNkK`` M·N·K per warp group (4 warps)."""
+    shapes = lambda name: [int(m) * int(n) * int(k) for m, n, k in re.findall(   # noqa: E731
+        rf"^\s*(?:@%p\d+\s+)?{re.escape(name)}\S*\.m(\d+)n(\d+)k(\d+)", ptx, re.M)]
+    fma = instruction_mix(ptx)["fma.rn.f32"]
+    return (fma * 32 * num_warps + sum(shapes("mma.sync")) * num_warps
+            + sum(shapes("wgmma.mma_async")) * (num_warps // 4))
+
+
 def dot_unit(mix: dict[str, int]) -> str:
     """Where the multiply-adds of ``tl.dot`` ran, read from an :func:`instruction_mix`."""
-    if mix.get("wgmma"):
+    if mix.get("wgmma.mma_async"):
         return "tensor cores (wgmma)"
     if mix.get("mma.sync"):
         return "tensor cores (mma.sync)"
@@ -508,18 +635,29 @@ def elementwise_bytes(elements: int, reads: int, writes: int, itemsize: int = 4)
 
 # ---- Numba's simulator, threads in an order of our choosing --------------------------------
 
-def _wait_until(predicate, seconds: float = 30.0) -> None:
+def _wait_until(predicate, seconds: float = 600.0) -> None:
+    """Wait for a simulated thread. Runaway loops are stopped by counting (LINE_LIMIT); this
+    clock is only the last resort for a thread stuck outside Python (a blocking call)."""
     deadline = time.monotonic() + seconds
     while not predicate():
         if time.monotonic() > deadline:
             raise TimeoutError("a simulated thread neither finished nor reached syncthreads "
-                               f"within {seconds:g} s: is there a loop that never ends?")
+                               f"within {seconds:g} s: does it wait on something that never "
+                               "comes?")
         time.sleep(0)
 
 
 def _ordered_run(order: str):
     """A ``BlockManager.run`` that runs the threads of a block one at a time, each until it
-    reaches ``syncthreads`` or ends, in index order ("forward") or reversed ("reverse")."""
+    reaches ``syncthreads`` or ends, in index order ("forward") or reversed ("reverse").
+
+    It also counts each thread's barriers: Numba's own simulator releases a barrier once every
+    *live* thread waits there, so a ``syncthreads`` inside an ``if`` that only some threads
+    take, or after a ``return`` that only some take, passes it silently. On a GPU that is
+    undefined (CUDA C++ Programming Guide, ``__syncthreads()``: allowed in conditional code
+    only if the condition is the same for the whole block). Here it is a
+    :class:`DivergentBarrier`, and a thread past :data:`BARRIER_LIMIT` barriers or
+    :data:`LINE_LIMIT` lines a :class:`RunawayKernel`."""
     import numpy as np
 
     def run(self, grid_point, *args):
@@ -527,20 +665,37 @@ def _ordered_run(order: str):
 
         points = list(np.ndindex(*self._block_dim))
         points = points[::-1] if order == "reverse" else points
-        threads = []
+        threads, barriers = [], {}
+
+        def stop_all():
+            for other in threads:
+                other.abort, other.syncthreads_blocked = True, False
+                other.syncthreads_event.set()
 
         def settle(thread):
             _wait_until(lambda: thread.syncthreads_blocked or not thread.is_alive())
             if thread.exception:
-                for other in threads:
-                    other.abort, other.syncthreads_blocked = True, False
-                    other.syncthreads_event.set()
+                stop_all()
                 raise thread.exception[0].with_traceback(thread.exception[1])
+            if thread.syncthreads_blocked:
+                barriers[thread] += 1
+                if barriers[thread] > BARRIER_LIMIT:
+                    stop_all()
+                    raise RunawayKernel(
+                        f"thread {tuple(thread.threadIdx)} of block {tuple(grid_point)} reached "
+                        f"more than {BARRIER_LIMIT:,} syncthreads without finishing: a loop "
+                        "that never ends. Does its variable change each time round (a step "
+                        "that is never halved)?")
+
+        def body():
+            with line_budget(getattr(self._f, "py_func", self._f),
+                             what="one simulated thread"):
+                self._f(*args)
 
         for point in points:
-            thread = sim.BlockThread(lambda: self._f(*args), self, grid_point, point,
-                                     self._debug)
+            thread = sim.BlockThread(body, self, grid_point, point, self._debug)
             threads.append(thread)
+            barriers[thread] = 0
             thread.start()
             settle(thread)
         while any(t.is_alive() for t in threads):
@@ -549,6 +704,17 @@ def _ordered_run(order: str):
                     thread.syncthreads_blocked = False
                     thread.syncthreads_event.set()
                     settle(thread)
+        counts = {tuple(t.threadIdx): barriers[t] for t in threads}
+        if len(set(counts.values())) > 1:
+            most = max(counts, key=counts.get)
+            least = min(counts, key=counts.get)
+            raise DivergentBarrier(
+                f"in block {tuple(grid_point)}, thread {most} reached {counts[most]} "
+                f"syncthreads but thread {least} only {counts[least]}: every thread of a block "
+                "must reach the same barriers. A syncthreads inside an if that not every "
+                "thread takes (if t < step: ... syncthreads()), or after a return that some "
+                "threads take, hangs or gives wrong results on a GPU, even where this "
+                "simulator lets it pass.")
     return run
 
 

@@ -128,6 +128,34 @@ def axpy_stub(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constex
     tl.store(out_ptr + offsets, a, mask=offsets < n)
 
 
+@triton.jit
+def axpy_mask_le(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets <= n
+    x = tl.load(x_ptr + offsets * stride_x, mask=mask)
+    y = tl.load(y_ptr + offsets * stride_y, mask=mask)
+    tl.store(out_ptr + offsets, a * x + y, mask=mask)
+
+
+@triton.jit
+def axpy_while_forever(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    start = 0
+    while start < BLOCK:            # start never grows
+        x = tl.load(x_ptr + offsets * stride_x, mask=mask)
+    tl.store(out_ptr + offsets, a * x, mask=mask)
+
+
+@triton.jit
+def axpy_float_a(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets * stride_x, mask=mask)
+    y = tl.load(y_ptr + offsets * stride_y, mask=mask)
+    tl.store(out_ptr + offsets, float(a) * x + y, mask=mask)     # Python's float() on a scalar
+
+
 def test_q1_right():
     assert outcome(ep12.q1, axpy)[0] == "correct"
 
@@ -138,7 +166,7 @@ def test_q1_not_done():
 
 
 @pytest.mark.parametrize("kernel, words", [
-    (axpy_no_mask, ["outside the tensors", "past the end", "mask"]),
+    (axpy_no_mask, ["outside every tensor", "past the end", "has no mask"]),
     (axpy_store_mask_only, ["loads", "mask"]),
     (axpy_no_stride_x, ["wrong stride", "stride_x"]),
     (axpy_no_stride_y, ["wrong stride", "stride_y"]),
@@ -151,6 +179,17 @@ def test_q1_not_done():
     (lambda *args: None, ["@triton.jit"]),
 ], ids=lambda v: getattr(getattr(v, "fn", v), "__name__", "")[:30])
 def test_q1_wrong(kernel, words):
+    assert_wrong(ep12.q1, (kernel,), words)
+
+
+@pytest.mark.parametrize("kernel, words", [
+    (axpy_mask_le, ["one lane too many", "<= where < belongs"]),
+    (axpy_while_forever, ["never ends", "200,000 lines"]),
+    # the interpreter hands the kernel a Python number, so float(a) works there; compiled,
+    # a is a tensor: this kernel passed every interpreted launch and could not run on a GPU
+    (axpy_float_a, ["compiler refuses", "float()", "sm_75"]),
+], ids=lambda v: getattr(getattr(v, "fn", v), "__name__", "")[:30])
+def test_q1_mistakes_the_interpreter_alone_let_through_or_hung(kernel, words):
     assert_wrong(ep12.q1, (kernel,), words)
 
 
@@ -250,12 +289,12 @@ def test_q2_not_done():
 
 
 @pytest.mark.parametrize("kernel, count, words", [
-    (fused_no_mask, saved, ["outside the tensors", "mask"]),
+    (fused_no_mask, saved, ["outside every tensor", "has no mask"]),
     (fused_packed_x, saved, ["wrong stride", "stride_x"]),
     (fused_packed_r, saved, ["wrong stride", "stride_r"]),
     (fused_scale_first, saved, ["scaled before the ReLU"]),
     (fused_relu_x_only, saved, ["ReLU to x alone"]),
-    (fused_next_row, saved, ["outside the tensors"]),
+    (fused_next_row, saved, ["outside every tensor", "where it starts is wrong"]),
     (fused, saved_times(4, itemsize=False), ["elements, not bytes"]),
     (fused, saved_times(7), ["everything the eager chain moves"]),
     (fused, saved_times(3), ["what the fused kernel moves"]),
@@ -283,7 +322,7 @@ def _linear(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_
     else:
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         cols = tl.program_id(1) * BN + tl.arange(0, BN)
-    if ACC16:
+    if ACC16 or ACC16_ZEROS:
         acc = tl.zeros((BM, BN), dtype=tl.float16)
     else:
         acc = tl.zeros((BM, BN), dtype=tl.float32)
@@ -326,7 +365,9 @@ def linear_kernel(**mistakes):
     """linear_relu_kernel with the chosen mistakes (names of the flags above) switched on."""
     import types
 
-    scope = dict(globals(), **mistakes)
+    flags = ("SWAP", "ACC16", "ACC16_ZEROS", "PACKED_W", "ONE_SLAB", "NO_MASK_K", "BF16",
+             "BIAS_OFF", "BIAS_ROWS", "RELU_OFF", "STORE16")
+    scope = dict(globals(), **{flag: mistakes.get(flag, False) for flag in flags})
     fn = types.FunctionType(_linear.__code__, scope, "_linear")
     return triton.jit(fn)
 
@@ -341,13 +382,16 @@ def test_q3_not_done():
 
 @pytest.mark.parametrize("mistake, words", [
     (dict(ACC16=True), ["16-bit accumulator", "float32"]),
+    # the interpreter turns this float16 accumulator into float32 at the first +=, so it
+    # computes right; Triton's compiler refuses it (a loop-carried type change)
+    (dict(ACC16_ZEROS=True), ["16-bit accumulator", "compiler refuses", "tl.float32"]),
     (dict(STORE16=True), ["16-bit"]),
     (dict(RELU_OFF=True), ["ReLU is missing"]),
     (dict(BIAS_OFF=True), ["bias is missing"]),
     (dict(SWAP=True), ["never written", "program_id(0) for rows"]),
-    (dict(NO_MASK_K=True), ["outside the tensors", "mask"]),
+    (dict(NO_MASK_K=True), ["outside every tensor", "has no mask"]),
     (dict(PACKED_W=True), ["strides"]),
-    (dict(BIAS_ROWS=True), ["outside the tensors"]),
+    (dict(BIAS_ROWS=True), ["outside every tensor", "b_ptr has no mask"]),
     (dict(BF16=True), ["bfloat16"]),
     (dict(ONE_SLAB=True), ["relu(x @ w + b)"]),
 ], ids=lambda v: ",".join(v) if isinstance(v, dict) else "")
@@ -508,15 +552,118 @@ def test_q4_not_done():
 @pytest.mark.parametrize("kernel, words", [
     (sums_no_sync, ["a race", "syncthreads"]),
     (sums_no_sync_in_loop, ["a race", "inside the loop"]),
-    (sums_no_bounds, ["past the end", "tid="]),
+    (sums_no_bounds, ["past the end", "tid=", "That is x", "i < x.size"]),
     (sums_thread_index, ["every block summed the first", "blockDim"]),
     (sums_never_written, ["never written", "out[cuda.blockIdx.x]"]),
-    (sums_step_too_big, ["past the end"]),
+    (sums_step_too_big, ["past the end", "the shared array", "t + step"]),
     (sums_half, ["expected"]),
     (sums_python, ["@cuda.jit"]),
 ], ids=lambda v: getattr(v, "__name__", "")[:30])
 def test_q4_wrong(kernel, words):
     assert_wrong(ep12.q4, (kernel,), words)
+
+
+@cuda.jit
+def sums_barrier_in_if(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+            cuda.syncthreads()          # only the threads t < step reach it
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_early_return(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t >= step:
+            return                      # the barriers below then miss these threads
+        shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_step_never_halved(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step // 2                       # computed, never stored: the loop never ends
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_spin_without_barrier(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        step // 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_out_by_thread(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    out[i] = shared[0]                  # every thread, at its global index
+
+
+@pytest.mark.parametrize("kernel, words", [
+    # Numba's simulator releases a barrier once every *live* thread waits, so these two ran
+    # to the right sums in both thread orders and passed; on a GPU they are undefined
+    (sums_barrier_in_if, ["reached 5 syncthreads", "only 1", "inside an if"]),
+    (sums_early_return, ["syncthreads", "return"]),
+], ids=lambda v: getattr(v, "__name__", "")[:30])
+def test_q4_a_barrier_not_every_thread_reaches_is_named(kernel, words):
+    assert_wrong(ep12.q4, (kernel,), words)
+
+
+@pytest.mark.parametrize("kernel, words", [
+    (sums_step_never_halved, ["1,000 syncthreads", "never ends", "halved"]),
+    (sums_spin_without_barrier, ["200,000 lines", "never ends"]),
+], ids=lambda v: getattr(v, "__name__", "")[:30])
+def test_q4_a_loop_that_never_ends_is_stopped_by_counting(kernel, words):
+    """Once a hang: the ordered run released the barrier for ever. Stopped by a count of
+    barriers or lines, so the verdict is the same on a busy machine."""
+    assert_wrong(ep12.q4, (kernel,), words)
+
+
+def test_q4_names_the_array_indexed_past_its_end():
+    assert_wrong(ep12.q4, (sums_out_by_thread,), ["That is out", "cuda.blockIdx.x"])
 
 
 def test_q4_names_a_different_tpb(monkeypatch):

@@ -215,6 +215,18 @@ def test_a_missing_module_is_incomplete_only_when_it_is_not_installed(monkeypatc
     assert outcome == "failed" and reason == "ValueError: width 0 is too small"
 
 
+def test_a_helper_saying_triton_is_not_installed_is_incomplete(monkeypatch):
+    """Episode 12's kernels.setup raises KernelSetupError("triton is not installed: ...") rather
+    than an ImportError: on a node without triton that is a missing package, not a failure."""
+    monkeypatch.setattr(gpu_check, "has_module", lambda name: name != "triton")
+    text = ("KernelSetupError: triton is not installed: torch's CPU wheels do not bring it. "
+            "Install the version torch's CUDA wheel pins")
+    outcome, reason, needs = gpu_check.classify(text)
+    assert (outcome, needs) == ("incomplete", "triton"), reason
+    monkeypatch.setattr(gpu_check, "has_module", lambda name: True)
+    assert gpu_check.classify(text)[0] == "failed"       # installed after all: something else
+
+
 def entry(notebook, seconds=1.0):
     return {"notebook": notebook, "outcome": "ok", "seconds": seconds}
 

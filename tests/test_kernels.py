@@ -14,6 +14,7 @@ import ast
 import importlib.util
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -155,21 +156,52 @@ def test_tl_dot_becomes_what_the_feasibility_model_says(mixes, gpu):
     expected = {"T4": "CUDA cores (fma)", "A100": "tensor cores (mma.sync)",
                 "H100": "tensor cores (wgmma)"}[gpu]
     assert kernels.dot_unit(mix) == expected, mix
-    assert kernels.tensor_core_dot(cc) == (mix["mma.sync"] + mix["wgmma"] > 0)
+    assert kernels.tensor_core_dot(cc) == (mix["mma.sync"] + mix["wgmma.mma_async"] > 0)
     if gpu == "T4":
         assert mix["fma.rn.f32"] >= 64 * 64 * 32 // 128, mix   # the whole tile, one thread's share
-        assert mix["mma.sync"] == mix["wgmma"] == 0
+        assert mix["mma.sync"] == mix["wgmma.mma_async"] == 0
     if gpu == "A100":
-        assert mix["mma.sync"] > 0 and mix["wgmma"] == 0 and mix["fma.rn.f32"] == 0
+        assert mix["mma.sync"] > 0 and mix["wgmma.mma_async"] == 0 and mix["fma.rn.f32"] == 0
     if gpu == "H100":
-        assert mix["wgmma"] > 0 and mix["mma.sync"] == 0
+        assert mix["wgmma.mma_async"] > 0 and mix["mma.sync"] == 0
+
+
+@pytest.fixture(scope="module")
+def matmul_ptx(episode):
+    """The episode's matmul for three GPUs, with the arguments of its own cell 25: what the
+    JIT would compile for a 4,101 × 4,096 by 4,096 × 4,099 product (strides 1 specialised,
+    aligned pointers and strides of 4,096 marked divisible by 16)."""
+    a, c = torch.empty(64, dtype=torch.float16), torch.empty(64, dtype=torch.float16)
+    args = (a, a, c, 4101, 4099, 4096, 4096, 1, 1, 4096)
+    jobs = [(episode.matmul_kernel, cc, args, dict(BM=64, BN=64, BK=32))
+            for cc in kernels.TARGETS.values()]
+    fp32 = torch.empty(64)
+    jobs.append((episode.matmul_kernel, (8, 0), (fp32, fp32, fp32, *args[3:]),
+                 dict(BM=64, BN=64, BK=32)))
+    return kernels.compile_many(jobs)
+
+
+def test_every_gpu_does_the_same_multiply_adds_per_k_step(matmul_ptx):
+    """1,024 FMAs per thread, 16 mma.sync per warp and 2 wgmma per warp group are one amount of
+    work, a 64 × 64 × 32 tile: the counts alone are no speed ratio."""
+    for ptx in matmul_ptx[:3]:
+        assert kernels.multiply_adds(ptx) == 64 * 64 * 32
+
+
+def test_aligned_arguments_give_the_vector_copies_the_real_launch_gets(matmul_ptx):
+    a100 = matmul_ptx[1]
+    assert "cp.async.cg" in a100, "divisibility 16 lets Triton copy 16 bytes at a time"
+
+
+def test_float32_inputs_make_tl_dot_tf32_on_an_a100(matmul_ptx):
+    assert re.search(r"mma\.sync\.aligned\.m16n8k8\S*\.tf32\.tf32", matmul_ptx[3])
 
 
 @pytest.mark.parametrize("name", ["add_kernel", "softmax_kernel", "bias_gelu_kernel"])
 def test_memory_bound_kernels_use_no_tensor_cores_anywhere(mixes, name):
     for cc in kernels.TARGETS.values():
         mix = mixes[(name, cc)]
-        assert mix["mma.sync"] == mix["wgmma"] == 0, (name, cc, mix)
+        assert mix["mma.sync"] == mix["wgmma.mma_async"] == 0, (name, cc, mix)
         assert mix["ld.global"] > 0 and mix["st.global"] > 0, (name, cc, mix)
 
 
@@ -178,7 +210,7 @@ def test_a_failed_compile_names_the_kernel():
     def broken(x_ptr, BLOCK: tl.constexpr):
         tl.store(x_ptr + tl.arange(0, BLOCK), undefined_name)  # noqa: F821
 
-    with pytest.raises(RuntimeError, match="compiling broken failed"):
+    with pytest.raises(RuntimeError, match="compiling broken for sm_80 failed"):
         kernels.compile_ptx(broken, (8, 0), torch.empty(1), BLOCK=64)
 
 
@@ -196,7 +228,25 @@ def test_instruction_mix_counts_predicated_instructions():
     ptx = "\tfma.rn.f32 %f1, %f2, %f3, %f4;\n@%p1 ld.global.v4.b32 {..}, [%rd1];\n" \
           "\tmma.sync.aligned.m16n8k16 ...;\n@!%p2 st.global.b32 [%rd2], %r1;\n"
     mix = kernels.instruction_mix(ptx)
-    assert mix == {"fma.rn.f32": 1, "mma.sync": 1, "wgmma": 0, "ld.global": 1, "st.global": 1}
+    assert mix == {"fma.rn.f32": 1, "mma.sync": 1, "wgmma.mma_async": 0, "ld.global": 1,
+                   "st.global": 1}
+
+
+def test_instruction_mix_counts_only_the_instructions_that_multiply():
+    ptx = ("\twgmma.fence.sync.aligned;\n"
+           "\twgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {..};\n"
+           "\twgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {..};\n"
+           "\twgmma.commit_group.sync.aligned;\n\twgmma.wait_group.sync.aligned 0;\n")
+    assert kernels.instruction_mix(ptx)["wgmma.mma_async"] == 2       # not the fence or waits
+    assert kernels.multiply_adds(ptx, num_warps=4) == 2 * 64 * 64 * 16   # one warp group
+
+
+def test_multiply_adds_count_per_thread_per_warp_and_per_warp_group():
+    fma = "\tfma.rn.f32 %f1, %f2, %f3, %f4;\n" * 3
+    mma = "\tmma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {..};\n" * 2
+    assert kernels.multiply_adds(fma, num_warps=4) == 3 * 128        # 128 threads
+    assert kernels.multiply_adds(mma, num_warps=4) == 2 * 16 * 8 * 16 * 4   # 4 warps
+    assert kernels.multiply_adds(mma, num_warps=8) == 2 * 16 * 8 * 16 * 8
 
 
 def test_elementwise_bytes_counts_reads_and_writes():

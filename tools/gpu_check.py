@@ -58,6 +58,8 @@ from gpucourse import reference  # noqa: E402
 
 OUT = ROOT / "_build" / "gpu-check"
 MISSING_MODULE = re.compile(r"No module named '([A-Za-z0-9_.]+)'")
+# How the course's own helpers say it (kernels.KernelSetupError: "triton is not installed: ...").
+NOT_INSTALLED = re.compile(r"\b([A-Za-z0-9_]+) is not installed")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # A lent GPU runs one command for at most 600 s; no cell of the course needs 300 s at full size.
 DEFAULT_TIMEOUT = 300.0
@@ -179,7 +181,7 @@ def classify(error_text: str) -> tuple[str, str, str | None]:
     machine lacks a framework; the figures before it are kept); anything else is "failed".
     """
     text = ANSI.sub("", error_text).strip()
-    for name in MISSING_MODULE.findall(text):
+    for name in MISSING_MODULE.findall(text) + NOT_INSTALLED.findall(text):
         top = name.split(".")[0]
         if not has_module(top):
             return ("incomplete",

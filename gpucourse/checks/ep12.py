@@ -59,14 +59,68 @@ def _launch(kernel, grid, args, what: str, **constexprs):
     except Exception as exc:           # noqa: BLE001 - the learner's kernel may raise anything
         guard = kernels.guard_error(exc)
         if isinstance(guard, kernels.OutOfBounds):
-            raise Wrong(f"{what}: an address outside the tensors (a missing mask, or a program "
-                        f"id or offset that runs past the end). {guard}") from None
+            raise Wrong(f"{what}: {_out_of_bounds(guard)} {guard}") from None
         if isinstance(guard, kernels.Bf16InInterpreter):
             raise Wrong(f"{what}: bfloat16 in the interpreter. {guard}") from None
+        if isinstance(guard, kernels.RunawayKernel):
+            raise Wrong(f"{what}: {guard}") from None
         text = str(exc)
         if "____" in text or "_Blank" in text:
             raise NotDone("your kernel still uses ____: replace it with your code.") from None
         raise Wrong(f"{what} raised {type(exc).__name__}: {text[:300]}") from None
+
+
+def _out_of_bounds(guard: "kernels.OutOfBounds") -> str:
+    """The likely mistake behind an address outside the tensors, from what the access did."""
+    access = f"a {guard.verb[:-1]} of {guard.tensor}"
+    if guard.past_end < 0:
+        return (f"{access} reaches before the tensor's start: an offset below zero (a program "
+                "id or an index minus one?).")
+    if guard.active == guard.total:
+        return (f"{access} has no mask: all {guard.total} of its lanes are on, so the lanes "
+                "past the end of the data touch memory too. Give this access the mask as well "
+                "(every load and every store needs it, not only the store).")
+    if guard.lanes == guard.active:
+        return (f"every lane {access} switched on lies outside the tensor: the block starts "
+                "past the end, so where it starts is wrong (a program id plus one? a row "
+                "start that uses the wrong stride?).")
+    if guard.lanes == 1 and guard.past_end == 1:
+        return (f"{access} has one lane too many switched on, one element past the end: a "
+                "mask with <= where < belongs? Positions run 0 … n − 1.")
+    return (f"{access} is masked, but its mask lets {guard.lanes} lane(s) through whose "
+            "addresses lie outside the tensor: the mask must test the same positions the "
+            "address uses, against the size of that dimension (rows against M, columns "
+            "against N, the K slab against K).")
+
+
+#: Compute capabilities a learner's Triton kernel is also compiled for: the interpreter runs
+#: Python that Triton's compiler refuses (a float16 accumulator that the first += turns into
+#: float32 in NumPy, a Python call on a tensor), so a check that only interprets would pass it.
+COMPILE_FOR = ((7, 5), (8, 0))
+
+
+def _compiled(kernel, args, constexprs, what: str) -> str:
+    """Compile the learner's kernel as a T4 and an A100 would; Wrong if Triton refuses it.
+
+    Returns a note for the ✓ message when the compiler could not run here at all."""
+    jobs = [(kernel, cc, args, constexprs) for cc in COMPILE_FOR]
+    try:
+        results = kernels.compile_results(jobs)
+    except Exception as exc:            # noqa: BLE001 - no triton compiler here, a crash
+        return f" (Not compiled for a GPU here: {str(exc)[:120]}.)"
+    for cc, result in zip(COMPILE_FOR, results):
+        error = result.get("error", "")
+        if not error or "is not defined" in error:     # a notebook global the child lacks
+            continue
+        cause = error.strip().splitlines()[-1]
+        if "Loop-carried variable" in error and "fp16" in error:
+            raise Wrong(f"{what}: a 16-bit accumulator. The interpreter let it pass (NumPy "
+                        "made it float32 at the first +=), but Triton's compiler refuses it "
+                        f"for sm_{cc[0]}{cc[1]}: {cause[:200]} Start from "
+                        "tl.zeros((BM, BN), dtype=tl.float32).")
+        raise Wrong(f"{what}: the interpreter ran it, but Triton's compiler refuses it for "
+                    f"sm_{cc[0]}{cc[1]}, so it would not run on a GPU: {cause[:300]}")
+    return " It also compiles for sm_75 and sm_80."
 
 
 def _unwritten(out: torch.Tensor) -> str | None:
@@ -129,8 +183,9 @@ def _check_axpy(kernel):
         worst = int((out - expected).abs().argmax())
         raise Wrong(f"{what}: out[{worst}] is {out[worst].item():.4g}, expected "
                     f"{expected[worst].item():.4g} (a * x + y with a = {a}).")
+    note = _compiled(kernel, (x, y, out, n, sx, sy, a), {"BLOCK": block}, what)
     return (f"right on {len(_Q1_FIXTURES)} launches: ragged sizes, one smaller than a block, "
-            "strided x and y, and no address outside the tensors.")
+            "strided x and y, and no address outside the tensors." + note)
 
 
 q1 = Exercise("ep12.q1", _check_axpy,
@@ -194,9 +249,11 @@ def _check_fused(kernel, bytes_saved):
         worst = divmod(int((out - expected).abs().argmax()), cols)
         raise Wrong(f"{what}: out{list(worst)} is {out[worst].item():.4g}, expected "
                     f"{expected[worst].item():.4g} = relu(x + residual) * scale.")
+    note = _compiled(kernel, (x, r, out, cols, x.stride(0), r.stride(0), out.stride(0), scale),
+                     {"BLOCK": block}, what)
     _check_bytes(bytes_saved)
     return ("a fused kernel right on strided rows, and the bytes: eager PyTorch moves 7 tensors' "
-            "worth (three kernels), the fused one 3, so it saves 4 × rows × cols × itemsize.")
+            "worth (three kernels), the fused one 3, so it saves 4 × rows × cols × itemsize." + note)
 
 
 _Q2_BYTES = [(1024, 4096, 4), (300, 77, 2), (8, 8, 4)]
@@ -288,8 +345,10 @@ def _check_linear(kernel):
         raise Wrong(f"{what}: results differ from relu(x @ w + b) by up to {error:.3g} (results "
                     f"up to {scale:.3g}). With w a transposed view, use both of w's strides; "
                     "with K not a multiple of BK, mask the last slab in K.")
+    note = _compiled(kernel, (x, w, b, out, M, N, K, *x.stride(), *w.stride(), *out.stride()),
+                     {"BM": BM, "BN": BN, "BK": BK}, what)
     return ("right on ragged shapes and a transposed w, with a float32 accumulator: tl.dot on "
-            "tensor cores from sm_80, on FMAs on a T4 (section 5).")
+            "tensor cores from sm_80, on FMAs on a T4 (section 5)." + note)
 
 
 q3 = Exercise("ep12.q3", _check_linear,
@@ -340,10 +399,10 @@ def _check_block_sums(kernel):
                 with kernels.thread_order(order):
                     runnable[blocks, TPB](x, out)
             except IndexError as exc:
-                raise Wrong(f"{what}: the simulator stopped a thread that indexed past the end: "
-                            f"{exc}. Threads past the end of x (the last block's) must not read "
-                            "it: give them 0 instead.") from None
-            except TimeoutError as exc:
+                raise Wrong(f"{what}: {_index_error(exc, n, blocks)}") from None
+            except kernels.DivergentBarrier as exc:
+                raise Wrong(f"{what}: {exc}") from None
+            except (kernels.RunawayKernel, TimeoutError) as exc:
                 raise Wrong(f"{what}: {exc}") from None
             except Exception as exc:     # noqa: BLE001 - the learner's kernel may raise anything
                 if "____" in str(exc) or "_Blank" in str(exc):
@@ -370,8 +429,28 @@ def _check_block_sums(kernel):
             raise Wrong(f"{what}: every block summed the first {TPB} values: block b starts at "
                         "b * blockDim.x (cuda.grid(1) gives the global index).")
         raise Wrong(f"{what}: sums {_show(got)}, expected {_show(expected)}.")
-    return (f"right in both thread orders on {len(_Q4_FIXTURES)} vectors (ragged and whole blocks): the "
-            "barriers are where they must be.")
+    return (f"right in both thread orders on {len(_Q4_FIXTURES)} vectors (ragged and whole "
+            "blocks), and every thread of a block reaches the same barriers.")
+
+
+def _index_error(exc: IndexError, n: int, blocks: int) -> str:
+    """Which array a simulated thread indexed past, told by the size the simulator names."""
+    import re
+
+    found = re.search(r"index (-?\d+) is out of bounds for axis \d+ with size (\d+)", str(exc))
+    index, size = (int(found.group(1)), int(found.group(2))) if found else (None, None)
+    where = f"the simulator stopped a thread that indexed past the end ({exc})."
+    if size == n:
+        return (f"{where} That is x, of {n} values: the last block's threads past the end of x "
+                "must not read it; give them 0 instead (x[i] if i < x.size else 0).")
+    if size == TPB:
+        return (f"{where} That is the shared array, of {TPB}: a thread read shared[t + step] "
+                f"with t + step ≥ {TPB}. Only threads t < step add, and step starts at "
+                f"TPB // 2.")
+    if size == blocks:
+        return (f"{where} That is out, one value per block ({blocks}): write "
+                "out[cuda.blockIdx.x], the block's number, not the thread's global index.")
+    return f"{where} Which index could reach {index}?"
 
 
 def _show(values) -> str:
