@@ -48,8 +48,9 @@ MIB, GIB = 2**20, 2**30
 # which give whole MiB: the bytes here are that count times 2**20, exact to under one MiB.
 MODELS = {
     # Kaggle's older GPU. torch: name='Tesla P100-PCIE-16GB', major=6, minor=0,
-    # total_memory=16280MB, multi_processor_count=56. No torch wheel in ARCH_FLAGS has code for
-    # it (the CUDA 12.8 and 13.0 wheels start at 7.5): the course must run on the CPU there.
+    # total_memory=16280MB, multi_processor_count=56. ARCH_FLAGS (the CUDA 12.8 wheel; 13.0's
+    # starts at 7.5 too) has no code for it, so the course runs on the CPU there; torch's CUDA
+    # 12.6 wheels still build for sm_60.
     "P100": dict(name="Tesla P100-PCIE-16GB", total_memory=16_280 * MIB, major=6, minor=0,
                  multi_processor_count=56),
     "T4": dict(name="Tesla T4", total_memory=15_828_320_256, major=7, minor=5, multi_processor_count=40),
@@ -83,9 +84,11 @@ MODELS = {
     "G4": dict(name="NVIDIA RTX PRO 6000 Blackwell Server Edition", total_memory=97_250 * MIB,
                major=12, minor=0, multi_processor_count=188),
 }
-# The architectures a torch cu128 wheel is built for (torch.cuda.get_arch_list() of 2.7.1+cu128):
-# a device outside them would make torch warn at its first use, as on a real machine.
-ARCH_FLAGS = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 compute_120"
+# The architectures torch 2.11's cu128 wheel (Colab's) is built for: "12.8.1 | Turing(7.5),
+# Ampere(8.0, 8.6), Hopper(9.0), Blackwell(10.0, 12.0)", with no PTX (pytorch/pytorch#175253,
+# the 2.11 release matrix). A device outside them makes torch warn at its first use, as on a
+# real machine.
+ARCH_FLAGS = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"
 DRIVER_VERSION = "570.00"    # what the fake nvidia-smi reports
 CONTEXT_BYTES = 300 * MIB   # what a CUDA context takes outside PyTorch's allocator (nvidia-smi sees it)
 

@@ -154,6 +154,33 @@ def test_notebook_cells_under_a_gpu_test_are_found_across_cells(tmp_path):
     assert report[-1].startswith("\n2 GPU-only blocks in 2 notebook cells (1 of them GPU-only as a whole)")
 
 
+def test_guards_computed_by_course_helpers_are_found(tmp_path):
+    """Episode 14's int4 and QLoRA cells and episode 12's Numba cells are guarded by what a
+    helper answered (None where the GPU path runs; Numba "compiled"), not by a CUDA test: the
+    scan once listed no GPU-only cell in episode 14 and missed episode 12's else."""
+    path = _notebook(tmp_path, '''
+        why_not = llm.why_no_int4(device)
+        if why_not is None:
+            model = quantize(model)
+            why_not = check(model)
+        if why_not:
+            print(why_not)
+    ''', '''
+        missing = llm.bitsandbytes_status(device.type == "cuda")
+        if missing is None:
+            load_4bit()
+    ''', '''
+        if MODE_KERNELS.numba == "simulated":
+            print("simulated")
+        else:
+            print("on the GPU")
+    ''')
+    assert gpu_coverage.notebook_gpu_cells(path) == [
+        (0, 2, 6, ["if why_not is None"]),
+        (1, 1, 3, ["if missing is None"]),
+        (2, 1, 4, ['else of if MODE_KERNELS.numba == "simulated"'])]
+
+
 def test_the_package_has_gpu_branches_of_every_kind():
     """The real source: monitor.py's flag, survive_train's keyword, memory.py's Cuda class."""
     found = {path.name: gpu_coverage.gpu_branches_in_source(path.read_text())

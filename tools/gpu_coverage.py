@@ -45,6 +45,16 @@ NOTEBOOK_FOLDERS = ("episodes", "solutions")
 ASKS_CUDA = re.compile(r'cuda\.is_available\(\)|cuda\.device_count\(\)|startswith\("cuda"\)|[!=]=\s*"cuda"|"cuda"\s*[!=]=')
 # Names that mean "on a GPU" wherever they come from (a function's parameter, an earlier cell).
 KNOWN_FLAGS = {"on_gpu": True, "use_cuda": True}
+# Tests whose answer a course helper computed from the GPU, which the scan cannot see through:
+# the text of the test, and whether it is true only on a GPU (True) or false on every GPU that
+# runs the branch (False: its else is GPU-only). Episode 12's Numba mode is "compiled" only on
+# an NVIDIA GPU where numba-cuda works.
+HELPER_TESTS = [(re.compile(r'\.numba\s*==\s*"compiled"'), True),
+                (re.compile(r'\.numba\s*==\s*"simulated"'), False),
+                (re.compile(r'\.numba\s*!=\s*"compiled"'), False)]
+# Helpers that return None only where the GPU path can run (else the reason it cannot): a name
+# assigned from one of them guards a GPU-only block with `is None` (episode 14's int4, QLoRA).
+NONE_ON_GPU = re.compile(r"\b(why_no_int4|bitsandbytes_status)\(")
 # Unit tests only: the notebook runs (nbval) and the site build add nothing here and take minutes.
 DEFAULT_TESTS = [str(p) for p in sorted((ROOT / "tests").glob("test_*.py")) if p.name != "test_book.py"]
 
@@ -84,6 +94,19 @@ class _Tests:
         self.flags = dict(KNOWN_FLAGS, **(flags or {}))
 
     def polarity(self, node: ast.expr) -> bool | None:
+        if isinstance(node, ast.Compare):
+            text = ast.get_source_segment(self.source, node) or ""
+            for pattern, polarity in HELPER_TESTS:
+                if pattern.search(text):
+                    return polarity
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and \
+                isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None:
+            name = _flag_name(node.left)
+            if name is not None and self.flags.get(name) == "none-on-gpu":
+                return isinstance(node.ops[0], ast.Is)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and \
+                isinstance(node.ops[0], (ast.Gt, ast.GtE)) and self.flags.get(_flag_name(node.left)) is True:
+            return True                   # n_gpus >= NPROC, where n_gpus is 0 without a GPU
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             inner = self.polarity(node.operand)
             return None if inner is None else not inner
@@ -112,6 +135,8 @@ class _Tests:
             return not (isinstance(node, ast.Compare) and all(isinstance(op, (ast.NotEq, ast.IsNot))
                                                                for op in node.ops))
         name = _flag_name(node)
+        if name is not None and self.flags.get(name) == "none-on-gpu":
+            return False                  # `if why_not:` is true only where the GPU path cannot run
         return self.flags.get(name) if name is not None else None
 
     def text(self, node: ast.expr) -> str:
@@ -131,11 +156,14 @@ def cuda_flags(tree: ast.AST, source: str, known: dict[str, bool] | None = None)
         before = dict(tests.flags)
         for node in assignments:
             polarity = tests.polarity(node.value)
+            if polarity is None and NONE_ON_GPU.search(ast.get_source_segment(source, node.value) or ""):
+                polarity = "none-on-gpu"
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for name in filter(None, map(_flag_name, targets)):
                 if polarity is not None:
                     tests.flags[name] = polarity
-                elif name in tests.flags and name not in (known or {}) and name not in KNOWN_FLAGS:
+                elif name in tests.flags and name not in (known or {}) and name not in KNOWN_FLAGS \
+                        and tests.flags[name] != "none-on-gpu":   # its later reasons stay reasons
                     del tests.flags[name]  # reassigned from something else: no longer a flag
         if tests.flags == before:
             break
