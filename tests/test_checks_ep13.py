@@ -285,7 +285,7 @@ Q4_WRONG = {
     "every old rank": (lambda s, n, r: (reshard(s, n, r)[0], list(range(len(s)))), ["every old rank"]),
     "same rank number": (lambda s, n, r: (reshard(s, n, r)[0], [r] if r < len(s) else []), ["this rank's number"]),
     "empty shards read": (lambda s, n, r: reshard(s, n, r, empty=True), ["saved no rows"]),
-    "old shard returned": (lambda s, n, r: (s[r] if r < len(s) else s[0], reshard(s, n, r)[1]), ["old rank"]),
+    "old shard returned": (lambda s, n, r: (s[r] if r < len(s) else s[0][:0], reshard(s, n, r)[1]), ["old rank"]),
     "whole tensor": (lambda s, n, r: (torch.cat(s), reshard(s, n, r)[1]), ["whole tensor"]),
     "not a pair": (lambda s, n, r: reshard(s, n, r)[0], ["pair"]),
     "sources unsorted": (lambda s, n, r: (reshard(s, n, r)[0], reshard(s, n, r)[1][::-1]
@@ -307,6 +307,617 @@ def test_q4_wrong_answers_are_named(name):
     assert_wrong(ep13.q4, (fn,), words)
 
 
+# --- answers written by a reviewer who had not read these tests -------------------------------------------
+# Each is one mistake, written as a learner would. Before the checks required a mistake to explain every
+# case, 18 of these were named by a mistake they did not make (the one that fitted one wrong case), 17 got
+# a message naming no cause, and two were judged right (q4_w14_end_inclusive: no case had an old shard
+# starting exactly where the new piece ends; q4_w19_sources_set: a set of ranks below 8 iterates sorted).
+
+
+def q1_w09_alloc_last_share(shape, world_size):
+    rows, row = shape[0], math.prod(shape[1:])
+    size = math.ceil(rows / world_size)
+    held = [max(0, min(size, rows - r * size)) * row for r in range(world_size)]
+    return held, held[-1]
+
+def q1_w16_round_nearest(shape, world_size):
+    rows, row = shape[0], math.prod(shape[1:])
+    size = round(rows / world_size)
+    held = [max(0, min(size, rows - r * size)) * row for r in range(world_size)]
+    return held, size * row
+
+def q1_w20_alloc_bytes(shape, world_size):
+    rows, row = shape[0], math.prod(shape[1:])
+    size = math.ceil(rows / world_size)
+    return [max(0, min(size, rows - r * size)) * row for r in range(world_size)], 4 * size * row
+
+def q1_w22_alloc_plus_one_row(shape, world_size):
+    rows, row = shape[0], math.prod(shape[1:])
+    size = math.ceil(rows / world_size)
+    held = [max(0, min(size, rows - r * size)) * row for r in range(world_size)]
+    return held, held[0] + row
+
+def q1_w13_row_is_shape1(shape, world_size):
+    rows = shape[0]
+    row = shape[1] if len(shape) > 1 else 1
+    size = math.ceil(rows / world_size)
+    return [max(0, min(size, rows - r * size)) * row for r in range(world_size)], size * row
+
+def q1_w14_remainder_last(shape, world_size):
+    rows, row = shape[0], math.prod(shape[1:])
+    size = rows // world_size
+    held = [size * row] * (world_size - 1) + [(rows - size * (world_size - 1)) * row]
+    return held, max(held)
+
+def q1_w15_no_clamp_negative(shape, world_size):
+    rows, row = shape[0], math.prod(shape[1:])
+    size = math.ceil(rows / world_size)
+    return [min(size, rows - r * size) * row for r in range(world_size)], size * row
+
+def q1_w18_hardcoded(shape, world_size):
+    return [4096, 4096, 4096, 4096], 4096
+
+def q1_w01_even_split(shape, world_size):
+    rows, row = shape[0], math.prod(shape[1:])
+    held = [(rows // world_size + (1 if r < rows % world_size else 0)) * row for r in range(world_size)]
+    return held, math.ceil(rows / world_size) * row
+
+def q1_w04_floor_plus_one(shape, world_size):
+    rows, row = shape[0], math.prod(shape[1:])
+    size = rows // world_size + 1
+    held = [max(0, min(size, rows - r * size)) * row for r in range(world_size)]
+    return held, size * row
+
+def q1_w08_alloc_flat(shape, world_size):
+    rows, row = shape[0], math.prod(shape[1:])
+    size = math.ceil(rows / world_size)
+    held = [max(0, min(size, rows - r * size)) * row for r in range(world_size)]
+    return held, math.ceil(math.prod(shape) / world_size)
+
+def q1_w11_alloc_floor(shape, world_size):
+    rows, row = shape[0], math.prod(shape[1:])
+    size = math.ceil(rows / world_size)
+    held = [max(0, min(size, rows - r * size)) * row for r in range(world_size)]
+    return held, rows // world_size * row
+
+def q1_w23_floor_loop_hang(shape, world_size):
+    rows, row = shape[0], math.prod(shape[1:])
+    size = rows // world_size
+    held, left = [], rows
+    while left > 0:
+        take = min(size, left)
+        held.append(take * row)
+        left -= take
+    held = (held + [0] * world_size)[:world_size]
+    return held, size * row
+
+def q2_w14_zero1_forgets_grads(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 2 * p + 12 * p / n, 2 * p + 14 * p / n, 16 * p / n + 4 * u, 16 * p / n + 4 * u / min(8, n)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return "none"
+
+def q2_w16_least_memory(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 2 * p + 14 * p / n, 16 * p / n + 4 * u, 16 * p / n + 4 * u / min(8, n)]))
+    for name in reversed(ep13.ORDER):
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return "none"
+
+def q2_w18_tp_divides_state(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 2 * p + 14 * p / n, 16 * p / n + 4 * u, (16 * p / n + 4 * u) / min(8, n)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return "none"
+
+def q2_w19_gathered_1B(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 2 * p + 14 * p / n, 16 * p / n + u, 16 * p / n + u / min(8, n)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return "none"
+
+def q2_w20_zero3_no_shard(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 2 * p + 14 * p / n, 16 * p / max(n - 1, 1) + 4 * u, 16 * p / max(n - 1, 1) + 4 * u / min(8, n)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return "none"
+
+def q2_w23_none_capital(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 2 * p + 14 * p / n, 16 * p / n + 4 * u, 16 * p / n + 4 * u / min(8, n)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return None
+
+def q2_w15_gb_units(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 2 * p + 14 * p / n, 16 * p / n + 4 * u, 16 * p / n + 4 * u / min(8, n)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need / 1e9 <= m:
+            return name
+    return "none"
+
+def q2_w17_tp_only_full_node(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 2 * p + 14 * p / n, 16 * p / n + 4 * u, 16 * p / n + 4 * u / (8 if n >= 8 else 1)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return "none"
+
+def q2_w21_zero2_12_over_n(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 4 * p + 12 * p / n, 16 * p / n + 4 * u, 16 * p / n + 4 * u / min(8, n)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return "none"
+
+def q2_w24_skips_zero1(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n = n_params, largest_unit, n_gpus
+    for name, need in (("DDP", 16 * p), ("ZeRO-2", 2 * p + 14 * p / n), ("ZeRO-3", 16 * p / n + 4 * u),
+                       ("ZeRO-3+TP", 16 * p / n + 4 * u / min(8, n))):
+        if need <= gpu_bytes:
+            return name
+    return "none"
+
+def q2_w01_no_gathered(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 2 * p + 14 * p / n, 16 * p / n, 16 * p / n]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return "none"
+
+def q2_w07_strict_less(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 2 * p + 14 * p / n, 16 * p / n + 4 * u, 16 * p / n + 4 * u / min(8, n)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need < m:
+            return name
+    return "none"
+
+def q2_w09_zero1_shards_grads(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 2 * p + 14 * p / n, 2 * p + 14 * p / n, 16 * p / n + 4 * u, 16 * p / n + 4 * u / min(8, n)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return "none"
+
+def q2_w10_zero2_shards_weights(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 16 * p / n, 16 * p / n + 4 * u, 16 * p / n + 4 * u / min(8, n)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return "none"
+
+def q2_w12_never_none(n_params, largest_unit, n_gpus, gpu_bytes):
+    p, u, n, m = n_params, largest_unit, n_gpus, gpu_bytes
+    per_gpu = dict(zip(ep13.ORDER, [16 * p, 4 * p + 12 * p / n, 2 * p + 14 * p / n, 16 * p / n + 4 * u, 16 * p / n + 4 * u / min(8, n)]))
+    for name in ep13.ORDER:
+        need = per_gpu[name]
+        if need <= m:
+            return name
+    return "ZeRO-3+TP"
+
+def q3_w12_across_shard_of_all(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g - 1) / g * model
+    across = 2 * (m - 1) / m * model / (g * m)
+    return inside, across
+
+def q3_w13_across_ring_g(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g - 1) / g * model
+    across = 2 * (g - 1) / g * model / g
+    return inside, across
+
+def q3_w15_across_no_over_m(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g - 1) / g * model
+    across = 2 * (m - 1) * model / g
+    return inside, across
+
+def q3_w18_across_no_ring_only(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g - 1) / g * model
+    across = 2 * model / g
+    return inside, across
+
+def q3_w19_bpv_inside_only(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g - 1) / g * model
+    across = 2 * (m - 1) / m * n_params / g
+    return inside, across
+
+def q3_w14_integer_division(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g - 1) // g * model
+    across = 2 * (m - 1) // m * model / g
+    return inside, across
+
+def q3_w16_inside_ddp_plus_gather(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 4 * (g - 1) / g * model
+    across = 2 * (m - 1) / m * model / g
+    return inside, across
+
+def q3_w17_inside_shard(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g - 1) / g * model / g
+    across = 2 * (m - 1) / m * model / g
+    return inside, across
+
+def q3_w20_across_fp32_grads(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g - 1) / g * model
+    across = 2 * (m - 1) / m * n_params * 4 / g
+    return inside, across
+
+def q3_w21_inside_over_m(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g - 1) / g * model / m
+    across = 2 * (m - 1) / m * model / g
+    return inside, across
+
+def q3_w23_across_ring_all_gpus(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    big = g * m
+    return 3 * (g - 1) / g * model, 2 * (big - 1) / big * model / g
+
+def q3_w01_across_whole(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g - 1) / g * model
+    across = 2 * (m - 1) / m * model
+    return inside, across
+
+def q3_w02_inside_2_passes(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 2 * (g - 1) / g * model
+    across = 2 * (m - 1) / m * model / g
+    return inside, across
+
+def q3_w05_inside_all_gpus_ring(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g * m - 1) / (g * m) * model
+    across = 2 * (m - 1) / m * model / g
+    return inside, across
+
+def q3_w07_swapped(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params * bytes_per_value
+    inside = 3 * (g - 1) / g * model
+    across = 2 * (m - 1) / m * model / g
+    return across, inside
+
+def q3_w11_no_bytes_per_value(n_params, gpus_per_node, nodes, bytes_per_value):
+    g, m = gpus_per_node, nodes
+    model = n_params
+    inside = 3 * (g - 1) / g * model
+    across = 2 * (m - 1) / m * model / g
+    return inside, across
+
+def q4_w14_end_inclusive(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = math.ceil(rows / new_world)
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    piece = torch.cat(saved)[start:stop]
+    sources, first = [], 0
+    for rank, shard in enumerate(saved):
+        if len(shard) and first <= stop and first + len(shard) > start:
+            sources.append(rank)
+        first += len(shard)
+    return piece, sources
+
+def q4_w19_sources_set(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = math.ceil(rows / new_world)
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    owner = [r for r, s in enumerate(saved) for _ in range(len(s))]
+    return torch.cat(saved)[start:stop], {owner[i] for i in range(start, stop)}
+
+def q4_w09_floor_size(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = rows // new_world
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    piece = torch.cat(saved)[start:stop]
+    sources, first = [], 0
+    for rank, shard in enumerate(saved):
+        if len(shard) and first < stop and first + len(shard) > start:
+            sources.append(rank)
+        first += len(shard)
+    return piece, sources
+
+def q4_w17_sources_new_bounds(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = math.ceil(rows / new_world)
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    sources = [r for r in range(len(saved)) if min(r * size, rows) < stop and min((r + 1) * size, rows) > start]
+    return torch.cat(saved)[start:stop], sources
+
+def q4_w18_empty_piece_lists_neighbour(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = math.ceil(rows / new_world)
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    piece = torch.cat(saved)[start:stop]
+    sources, first = [], 0
+    for rank, shard in enumerate(saved):
+        if len(shard) and first < stop and first + len(shard) > start:
+            sources.append(rank)
+        first += len(shard)
+    return piece, sources if start < stop else [len([s for s in saved if len(s)]) - 1]
+
+def q4_w10_floor_plus_one(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = rows // new_world + 1
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    piece = torch.cat(saved)[start:stop]
+    sources, first = [], 0
+    for rank, shard in enumerate(saved):
+        if len(shard) and first < stop and first + len(shard) > start:
+            sources.append(rank)
+        first += len(shard)
+    return piece, sources
+
+def q4_w12_chunk_index_error(saved, new_world, new_rank):
+    whole = torch.cat(saved)
+    piece = whole.chunk(new_world)[new_rank]
+    size = len(whole.chunk(new_world)[0])
+    start, stop = new_rank * size, new_rank * size + len(piece)
+    sources, first = [], 0
+    for rank, shard in enumerate(saved):
+        if len(shard) and first < stop and first + len(shard) > start:
+            sources.append(rank)
+        first += len(shard)
+    return piece, sources
+
+def q4_w13_one_indexed(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = math.ceil(rows / new_world)
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    piece = torch.cat(saved)[start:stop]
+    sources, first = [], 0
+    for rank, shard in enumerate(saved):
+        if len(shard) and first < stop and first + len(shard) > start:
+            sources.append(rank + 1)
+        first += len(shard)
+    return piece, sources
+
+def q4_w02_touching(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = math.ceil(rows / new_world)
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    piece = torch.cat(saved)[start:stop]
+    sources, first = [], 0
+    for rank, shard in enumerate(saved):
+        if len(shard) and first <= stop and first + len(shard) >= start:
+            sources.append(rank)
+        first += len(shard)
+    return piece, sources
+
+def q4_w04_same_rank_only(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = math.ceil(rows / new_world)
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    piece = torch.cat(saved)[start:stop]
+    sources, first = [], 0
+    for rank, shard in enumerate(saved):
+        if len(shard) and first < stop and first + len(shard) > start:
+            sources.append(rank)
+        first += len(shard)
+    return piece, [new_rank] if new_rank < len(saved) else []
+
+def q4_w05_includes_empty(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = math.ceil(rows / new_world)
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    piece = torch.cat(saved)[start:stop]
+    sources, first = [], 0
+    for rank, shard in enumerate(saved):
+        if (len(shard) == 0 and start < stop and start <= first <= stop) or (len(shard) and first < stop and first + len(shard) > start):
+            sources.append(rank)
+        first += len(shard)
+    return piece, sources
+
+def q4_w08_unsorted(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = math.ceil(rows / new_world)
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    piece = torch.cat(saved)[start:stop]
+    sources, first = [], 0
+    for rank, shard in enumerate(saved):
+        if len(shard) and first < stop and first + len(shard) > start:
+            sources.append(rank)
+        first += len(shard)
+    return piece, sources[::-1]
+
+def q4_w20_while_loop_hang(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = math.ceil(rows / new_world)
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    sources, first, rank = [], 0, 0
+    while rank < len(saved):
+        shard = saved[rank]
+        if len(shard) == 0:
+            continue                      # forgot rank += 1: spins on an empty shard
+        if first < stop and first + len(shard) > start:
+            sources.append(rank)
+        first += len(shard)
+        rank += 1
+    return torch.cat(saved)[start:stop], sources
+
+def q4_w07_old_shard(saved, new_world, new_rank):
+    rows = sum(len(s) for s in saved)
+    size = math.ceil(rows / new_world)
+    start, stop = min(new_rank * size, rows), min((new_rank + 1) * size, rows)
+    piece = saved[new_rank] if new_rank < len(saved) else saved[0][:0]
+    sources, first = [], 0
+    for rank, shard in enumerate(saved):
+        if len(shard) and first < stop and first + len(shard) > start:
+            sources.append(rank)
+        first += len(shard)
+    return piece, sources
+
+
+REVIEWED_WRONG = {
+    "q1_w09_alloc_last_share": (ep13.q1, q1_w09_alloc_last_share, ["last rank's own share"]),
+    "q1_w16_round_nearest": (ep13.q1, q1_w16_round_nearest, ['nearest', 'rounds up']),
+    "q1_w20_alloc_bytes": (ep13.q1, q1_w20_alloc_bytes, ['second number is in bytes']),
+    "q1_w22_alloc_plus_one_row": (ep13.q1, q1_w22_alloc_plus_one_row, ['row of padding', "rank 0's share"]),
+    "q1_w13_row_is_shape1": (ep13.q1, q1_w13_row_is_shape1, ['shape[1]', 'product']),
+    "q1_w14_remainder_last": (ep13.q1, q1_w14_remainder_last, ['the last rank the remainder']),
+    "q1_w15_no_clamp_negative": (ep13.q1, q1_w15_no_clamp_negative, ['negative']),
+    "q1_w18_hardcoded": (ep13.q1, q1_w18_hardcoded, ['for every case']),
+    "q1_w01_even_split": (ep13.q1, q1_w01_even_split, ['as evenly as possible']),
+    "q1_w04_floor_plus_one": (ep13.q1, q1_w04_floor_plus_one, ['rows // world + 1']),
+    "q1_w08_alloc_flat": (ep13.q1, q1_w08_alloc_flat, ['FSDP1']),
+    "q1_w11_alloc_floor": (ep13.q1, q1_w11_alloc_floor, ['drops the remainder']),
+    "q1_w23_floor_loop_hang": (ep13.q1, q1_w23_floor_loop_hang, ['did not return within 5 s', 'loop that never ends']),
+    "q2_w14_zero1_forgets_grads": (ep13.q2, q2_w14_zero1_forgets_grads, ['leaves out the 16-bit gradients']),
+    "q2_w16_least_memory": (ep13.q2, q2_w16_least_memory, ['most sharded']),
+    "q2_w18_tp_divides_state": (ep13.q2, q2_w18_tp_divides_state, ["return 'none'", '16 bytes / N']),
+    "q2_w19_gathered_1B": (ep13.q2, q2_w19_gathered_1B, ['1 byte per parameter']),
+    "q2_w20_zero3_no_shard": (ep13.q2, q2_w20_zero3_no_shard, ['n_gpus − 1']),
+    "q2_w23_none_capital": (ep13.q2, q2_w23_none_capital, ['returned None where nothing fits', "'none'"]),
+    "q2_w15_gb_units": (ep13.q2, q2_w15_gb_units, ['1e9', 'bytes with bytes']),
+    "q2_w17_tp_only_full_node": (ep13.q2, q2_w17_tp_only_full_node, ['only on 8 GPUs or more']),
+    "q2_w21_zero2_12_over_n": (ep13.q2, q2_w21_zero2_12_over_n, ['like ZeRO-1']),
+    "q2_w24_skips_zero1": (ep13.q2, q2_w24_skips_zero1, ['left out ZeRO-1']),
+    "q2_w01_no_gathered": (ep13.q2, q2_w01_no_gathered, ['gathers while it computes']),
+    "q2_w07_strict_less": (ep13.q2, q2_w07_strict_less, ['at most']),
+    "q2_w09_zero1_shards_grads": (ep13.q2, q2_w09_zero1_shards_grads, ['that is ZeRO-2']),
+    "q2_w10_zero2_shards_weights": (ep13.q2, q2_w10_zero2_shards_weights, ['SHARD_GRAD_OP']),
+    "q2_w12_never_none": (ep13.q2, q2_w12_never_none, ["return 'none'"]),
+    "q3_w12_across_shard_of_all": (ep13.q3, q3_w12_across_shard_of_all, ['1/(G × M)']),
+    "q3_w13_across_ring_g": (ep13.q3, q3_w13_across_ring_g, ["node's ring share"]),
+    "q3_w15_across_no_over_m": (ep13.q3, q3_w15_across_no_over_m, ['without dividing by M']),
+    "q3_w18_across_no_ring_only": (ep13.q3, q3_w18_across_no_ring_only, ["across nodes the ring's share"]),
+    "q3_w19_bpv_inside_only": (ep13.q3, q3_w19_bpv_inside_only, ['across nodes you left out the bytes per value']),
+    "q3_w14_integer_division": (ep13.q3, q3_w14_integer_division, ['integer division']),
+    "q3_w16_inside_ddp_plus_gather": (ep13.q3, q3_w16_inside_ddp_plus_gather, ['4 passes']),
+    "q3_w17_inside_shard": (ep13.q3, q3_w17_inside_shard, ['on the shard']),
+    "q3_w20_across_fp32_grads": (ep13.q3, q3_w20_across_fp32_grads, ['4 bytes per value']),
+    "q3_w21_inside_over_m": (ep13.q3, q3_w21_inside_over_m, ['divided by the nodes']),
+    "q3_w23_across_ring_all_gpus": (ep13.q3, q3_w23_across_ring_all_gpus, ['(N − 1)/N', 'M nodes']),
+    "q3_w01_across_whole": (ep13.q3, q3_w01_across_whole, ['whole gradients']),
+    "q3_w02_inside_2_passes": (ep13.q3, q3_w02_inside_2_passes, ['2 passes']),
+    "q3_w05_inside_all_gpus_ring": (ep13.q3, q3_w05_inside_all_gpus_ring, ['(G − 1)/G']),
+    "q3_w07_swapped": (ep13.q3, q3_w07_swapped, ['wrong way round']),
+    "q3_w11_no_bytes_per_value": (ep13.q3, q3_w11_no_bytes_per_value, ['bytes per value are missing']),
+    "q4_w14_end_inclusive": (ep13.q4, q4_w14_end_inclusive, ["piece's end", 'excluded']),
+    "q4_w19_sources_set": (ep13.q4, q4_w19_sources_set, ['set', 'sorted list']),
+    "q4_w09_floor_size": (ep13.q4, q4_w09_floor_size, ['rows // new world rows']),
+    "q4_w17_sources_new_bounds": (ep13.q4, q4_w17_sources_new_bounds, ["this rank's number", 'old world size']),
+    "q4_w18_empty_piece_lists_neighbour": (ep13.q4, q4_w18_empty_piece_lists_neighbour, ['empty piece', '[]']),
+    "q4_w10_floor_plus_one": (ep13.q4, q4_w10_floor_plus_one, ['+ 1']),
+    "q4_w12_chunk_index_error": (ep13.q4, q4_w12_chunk_index_error, ['only 3 pieces', 'empty piece']),
+    "q4_w13_one_indexed": (ep13.q4, q4_w13_one_indexed, ['from 1']),
+    "q4_w02_touching": (ep13.q4, q4_w02_touching, ['only touch']),
+    "q4_w04_same_rank_only": (ep13.q4, q4_w04_same_rank_only, ["this rank's number"]),
+    "q4_w05_includes_empty": (ep13.q4, q4_w05_includes_empty, ['saved no rows']),
+    "q4_w08_unsorted": (ep13.q4, q4_w08_unsorted, ['out of order']),
+    "q4_w20_while_loop_hang": (ep13.q4, q4_w20_while_loop_hang, ['did not return within 5 s']),
+    "q4_w07_old_shard": (ep13.q4, q4_w07_old_shard, ["old rank's own shard"]),
+}
+
+@pytest.mark.parametrize("name", REVIEWED_WRONG)
+def test_reviewed_wrong_answers_name_their_own_mistake(name):
+    exercise, fn, words = REVIEWED_WRONG[name]
+    assert_wrong(exercise, (fn,), words)
+
+
+def test_q4_end_of_the_piece_is_excluded():
+    """Failed on the old cases (judged right): no old shard started exactly at a new piece's end."""
+    saved = ep13._q4_saved((8, 3), 4)
+    assert reshard(saved, 2, 0)[1] == [0, 1]
+    assert q4_w14_end_inclusive(saved, 2, 0)[1] == [0, 1, 2]
+    assert outcome(ep13.q4, q4_w14_end_inclusive)[0] == "wrong"
+
+
+def test_q4_sources_must_be_a_list():
+    """Failed on the old check (judged right): any iterable was turned into a list, and a set of ranks
+    below 8 iterates sorted in CPython; with 16 old ranks it does not."""
+    saved = ep13._q4_saved((32,), 16)
+    assert list(q4_w19_sources_set(saved, 6, 2)[1]) != [6, 7, 8]
+    result, message = outcome(ep13.q4, lambda s, n, r: (reshard(s, n, r)[0], set(reshard(s, n, r)[1])))
+    assert result == "wrong" and "sorted list" in message, message
+    result, message = outcome(ep13.q4, lambda s, n, r: (reshard(s, n, r)[0], tuple(reshard(s, n, r)[1])))
+    assert result == "wrong" and "list" in message, message
+
+
+def test_a_mistake_that_explains_only_some_wrong_cases_is_not_named():
+    """Failed on the old _name_mistake, which named a candidate explaining one wrong case of six: an
+    answer right on the inside bytes and off by an unknown factor across nodes names no cause."""
+    def odd(n, g, m, b):
+        inside, across = hsdp_bytes_sent(n, g, m, b)
+        return inside, across * (1.5 if m % 2 else 0.5)
+    result, message = outcome(ep13.q3, odd)
+    assert result == "wrong"
+    assert "expected" in message and "you " not in message, message
+
+
+def test_q2_none_for_nothing_fits_is_wrong_not_unfinished():
+    """Failed on the old check, which called it not done ("did you forget `return`?")."""
+    result, message = outcome(ep13.q2, q2_w23_none_capital)
+    assert result == "wrong" and "'none'" in message, message
+    assert outcome(ep13.q2, lambda p, l, g, m: None)[0] == "not-done"
+
+
+def test_endless_loops_are_stopped_in_seconds():
+    """The functions answer in microseconds: the checks give each call 5 s, not the course's 60 s."""
+    import time
+
+    start = time.monotonic()
+    result, message = outcome(ep13.q1, q1_w23_floor_loop_hang)
+    assert result == "wrong" and "5 s" in message, message
+    assert time.monotonic() - start < 30
+
+
+def test_q2_tp_dividing_the_state_gives_the_same_answers_as_never_none():
+    """Why one message names both: TP dividing the state only ever turns 'none' into 'ZeRO-3+TP'."""
+    for c in ep13.Q2_CASES:
+        assert ep13._q2_rule(*c, tp_state=True) == ep13._q2_rule(*c, allow_none=False)
+
+
 # --- hints --------------------------------------------------------------------------------------------
 
 CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "torch.", "np.", "math.", "ceil(")
@@ -315,3 +926,21 @@ CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "torch.", 
 @pytest.mark.parametrize("exercise", [ep13.q1, ep13.q2, ep13.q3, ep13.q4], ids=lambda q: q.name)
 def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
     assert_two_step_hints(exercise, capsys, CODE)
+
+
+@pytest.mark.parametrize("exercise", ["q1 owned", "q1 allocated", "q2", "q3", "q4 piece", "q4 sources"])
+def test_every_two_candidate_mistakes_differ_on_some_case(exercise):
+    """A mistake is named only when it gives the answer on every case; two candidates that agree on every
+    case could not be told apart, and the first would be named for both."""
+    cases, candidates, same = {
+        "q1 owned": (ep13.Q1_CASES, lambda c: ep13._q1_owned_mistakes(*c), lambda a, b: list(a) == list(b)),
+        "q1 allocated": (ep13.Q1_CASES, lambda c: ep13._q1_alloc_mistakes(*c), lambda a, b: a == b),
+        "q2": (ep13.Q2_CASES, ep13._q2_mistakes, lambda a, b: a == b),
+        "q3": (ep13.Q3_CASES, ep13._q3_mistakes, ep13._close_pair),
+        "q4 piece": (ep13.Q4_CASES, ep13._q4_piece_mistakes, ep13._same_piece),
+        "q4 sources": (ep13.Q4_CASES, ep13._q4_mistakes, lambda a, b: list(a) == list(b)),
+    }[exercise]
+    names = list(candidates(cases[0]))
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert any(not same(candidates(c)[a], candidates(c)[b]) for c in cases), (a, b)
