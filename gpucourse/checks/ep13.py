@@ -260,8 +260,8 @@ def _q2_mistakes(case) -> dict:
         "4 bytes per parameter.": _q2_rule(p, l, g, m, gathered=6),
         "you counted the gathered unit at 16 bytes per parameter (all its state); only its 16-bit weights and "
         "gradients are gathered: 4 bytes per parameter.": _q2_rule(p, l, g, m, gathered=16),
-        "you split the gathered unit over all the GPUs; tensor parallelism stays inside one node, at most 8 "
-        "GPUs (its all-reduces sit on every layer's path): divide by min(8, n_gpus).": _q2_rule(p, l, g, m, tp="all"),
+        "you split the gathered unit over all the GPUs; tensor parallelism stays inside one server, 8 GPUs on "
+        "today's HGX/DGX (its all-reduces sit on every layer's path): divide by min(8, n_gpus).": _q2_rule(p, l, g, m, tp="all"),
         "you split the gathered unit 8 ways on fewer than 8 GPUs; tensor parallelism uses the GPUs there are: "
         "min(8, n_gpus).": _q2_rule(p, l, g, m, tp="eight"),
         "you compared with < where the prompt says 'at most': a strategy that needs exactly the GPU's memory "
