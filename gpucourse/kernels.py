@@ -482,6 +482,8 @@ for i, job in enumerate(jobs):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     kernel = getattr(module, job["name"])
+    if not isinstance(kernel, triton.runtime.JITFunction):    # its source had no @triton.jit
+        kernel = triton.jit(kernel)
     major, minor = job["capability"]
     attrs = {(index,): [["tt.divisibility", 16]] for index in job["aligned"]}
     source = ASTSource(kernel, job["signature"], constexprs=job["constexprs"], attrs=attrs)
@@ -505,7 +507,7 @@ def _job(kernel, capability, args, constexprs, num_warps) -> dict:
 
     fn = getattr(kernel, "fn", kernel)
     source = textwrap.dedent(inspect.getsource(fn))
-    header = "import triton\nimport triton.language as tl\n"
+    header = "import triton\nimport triton.language as tl\n" + _constant_globals(fn)
     names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
     sig = signature(fn, *args, **constexprs)
     constexprs = dict(constexprs)
@@ -521,6 +523,21 @@ def _job(kernel, capability, args, constexprs, num_warps) -> dict:
     return {"source": header + source, "name": fn.__name__,
             "capability": list(capability), "signature": sig,
             "constexprs": constexprs, "aligned": aligned, "num_warps": num_warps}
+
+
+def _constant_globals(fn) -> str:
+    """Lines that give the child the plain constants ``fn`` reads from its module (a block
+    size, a flag, a ``tl.constexpr``): the kernel's own file there has only the imports."""
+    lines = []
+    for name in fn.__code__.co_names:
+        if name not in fn.__globals__:
+            continue
+        value = fn.__globals__[name]
+        inner = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
+        if isinstance(inner, (bool, int, float, str)) or inner is None:
+            wrap = "tl.constexpr({!r})" if inner is not value else "{!r}"
+            lines.append(f"{name} = {wrap.format(inner)}\n")
+    return "".join(lines)
 
 
 _ptx_cache: dict[str, dict] = {}

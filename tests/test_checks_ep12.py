@@ -156,6 +156,18 @@ def axpy_float_a(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.cons
     tl.store(out_ptr + offsets, float(a) * x + y, mask=mask)     # Python's float() on a scalar
 
 
+LANES = 128        # a plain global: the interpreter reads it, Triton's compiler does not
+
+
+@triton.jit
+def axpy_plain_global(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = (offsets < n) & (offsets < n + LANES)
+    x = tl.load(x_ptr + offsets * stride_x, mask=mask)
+    y = tl.load(y_ptr + offsets * stride_y, mask=mask)
+    tl.store(out_ptr + offsets, a * x + y, mask=mask)
+
+
 def test_q1_right():
     assert outcome(ep12.q1, axpy)[0] == "correct"
 
@@ -188,6 +200,7 @@ def test_q1_wrong(kernel, words):
     # the interpreter hands the kernel a Python number, so float(a) works there; compiled,
     # a is a tensor: this kernel passed every interpreted launch and could not run on a GPU
     (axpy_float_a, ["compiler refuses", "float()", "sm_75"]),
+    (axpy_plain_global, ["compiler refuses", "global variable LANES", "constexpr"]),
 ], ids=lambda v: getattr(getattr(v, "fn", v), "__name__", "")[:30])
 def test_q1_mistakes_the_interpreter_alone_let_through_or_hung(kernel, words):
     assert_wrong(ep12.q1, (kernel,), words)
@@ -367,7 +380,8 @@ def linear_kernel(**mistakes):
 
     flags = ("SWAP", "ACC16", "ACC16_ZEROS", "PACKED_W", "ONE_SLAB", "NO_MASK_K", "BF16",
              "BIAS_OFF", "BIAS_ROWS", "RELU_OFF", "STORE16")
-    scope = dict(globals(), **{flag: mistakes.get(flag, False) for flag in flags})
+    # tl.constexpr: Triton's compiler (which the check also runs) reads no plain global
+    scope = dict(globals(), **{flag: tl.constexpr(mistakes.get(flag, False)) for flag in flags})
     fn = types.FunctionType(_linear.__code__, scope, "_linear")
     return triton.jit(fn)
 
