@@ -39,6 +39,7 @@ help:
 	@echo "make lab        open the course in JupyterLab (LAB_ARGS=--no-browser etc. are passed on)"
 	@echo "make book       build the site into _build/html (executes notebooks, cached)"
 	@echo "make test       run all tests in quick+offline mode (what CI runs); finds or installs Chromium"
+	@echo "make test-busy  make test beside LOAD=8 CPU-bound processes (a load near 10 on 2 cores)"
 	@echo "make test-colab run every notebook with the versions of Colab's default runtime (.venv-colab-current)"
 	@echo "                RUNTIME=previous: the same with Colab's previous runtime (.venv-colab-previous)"
 	@echo "make test-cuda-build  make test again with PyPI's CUDA build of torch and Triton (.venv-cuda, Python 3.13)"
