@@ -28,7 +28,7 @@ ALLOWED_FENCES = {
     ("09", "python", "# 1. one device per process, then join the others"): (
         "key lines of gpucourse/distributed/ddp_train.py, which runs in torchrun's worker "
         "processes; tests/test_taught_ep09.py keeps the listing equal to the script"),
-    ("09", "python", "# 1. uneven shards"): (
+    ("09", "python", "# 1. join (waiting up to 30 min), then a group of all ranks"): (
         "key lines of gpucourse/distributed/uneven.py (torchrun's workers; same test)"),
     ("09", "python", "# 1. the cluster and this worker's place in it"): (
         "key lines of gpucourse/distributed/tf_multiworker.py (TensorFlow's workers; same test)"),
