@@ -81,20 +81,36 @@ def test_cpu_ranks_see_no_gpu():
 
 def test_zero2_holds_the_whole_model_from_forward_to_backward_and_zero3_one_block(fsdp_run):
     """The paper's ZeRO-2 keeps the 16-bit weights whole; FSDP's SHARD_GRAD_OP holds them whole at the
-    start of backward, though sharded after it. zero3's peak is its shards, plus the rest of one block
-    and of the root (the input and output layers, which compute around every block)."""
+    start of backward, though sharded after it. The peak counts what the rank allocates: the gathered
+    parameters *and* the padded shards, which stay allocated beside them (FSDPParam.to_unsharded), so
+    zero2's peak is the whole model plus its shards, more than the whole model on every rank with a
+    non-empty shard (counting model.parameters() alone gave exactly the whole model). zero3's is its
+    shards plus one whole block and the whole root (the input and output layers). A gathered tensor
+    is allocated as the all-gather's output, N padded shards: the one-row head takes two rows."""
     ranks, _ = fsdp_run
     full, shapes = ranks[0]["full_params_bytes"], ranks[0]["param_shapes"]
     last = str(max(int(k.split(".")[0]) for k in shapes))
 
-    def missing(units, rank):          # bytes of `units` this rank does not hold at rest
-        return 4 * sum(math.prod(s) - _held(s, 2, rank) for k, s in shapes.items() if k.split(".")[0] in units)
+    def whole(units):                  # float32 bytes of `units`, gathered: 2 padded shards each
+        return 4 * sum(2 * torch.empty(s).chunk(2)[0].numel() for k, s in shapes.items()
+                       if k.split(".")[0] in units)
 
+    everything = {k.split(".")[0] for k in shapes}
     for r in ranks:
         z2, z3 = r["strategies"]["zero2"]["bytes"], r["strategies"]["zero3"]["bytes"]
-        assert z2["params"] < full and z2["params_peak"] == full
-        assert z3["params_peak"] == z3["params"] + missing({"1"}, r["rank"]) + missing({"0", last}, r["rank"])
+        assert z2["params"] > 0 and z2["params_peak"] > full + z2["params"]
+        assert z2["params_peak"] == whole(everything) + z2["params_allocated"]
+        assert z3["params_peak"] == z3["params_allocated"] + whole({"1"}) + whole({"0", last})
         assert r["strategies"]["ddp"]["bytes"]["params_peak"] == full
+
+
+def test_held_param_bytes_counts_a_storage_once():
+    """Two parameters on one storage (tied weights) count once; a plain model's is its parameters' bytes."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 4, bias=False))
+    assert sharded.held_param_bytes(model) == 4 * (4 * 3 + 3 + 3 * 4)
+    model[1].weight = torch.nn.Parameter(model[0].weight.detach().t())     # a view: the same storage
+    assert sharded.held_param_bytes(model) == 4 * (4 * 3 + 3)
+    assert sharded.fsdp_shards(model) == []
 
 
 def test_each_rank_holds_its_chunk_and_the_ranks_hold_the_model(fsdp_run):

@@ -23,8 +23,9 @@ Each strategy trains the same model (``sharded.make_model``) on the same global 
   bfloat16), gradients are reduced in float32.
 
 For each, rank ``r`` writes ``result-rank{r}.json`` under ``--out``: its bytes of parameters,
-gradients and optimizer state after backward, its most parameter bytes from forward to the start of
-backward (``params_peak``), the collectives of one step with their bytes, the losses, and the
+gradients and optimizer state after backward, its most parameter bytes allocated from forward to the
+start of backward (``params_peak``: the parameters the modules compute with, whole while their unit is
+gathered, plus the padded shards, which stay allocated beside them), the collectives of one step with their bytes, the losses, and the
 largest difference between its weights and those of a single process that trained on the whole
 batch. With ``--save-at K`` the ``zero3`` run also writes a sharded checkpoint after step K
 (``torch.distributed.checkpoint``, one file per rank) to ``--checkpoint``, and rank 0 writes the
@@ -154,7 +155,7 @@ def train(args, strategy: str, mesh, device: str, rank: int, world_size: int) ->
             counter.counting = step >= WARMUP       # count the steady state: DDP rebuilds its buckets
             optimizer.zero_grad()
             x, y = sharded.local_batch(step, rank, world_size)
-            with sharded.PeakParams(model) as peak:     # parameter bytes while forward runs
+            with sharded.PeakParams(model) as peak:     # gathered parameters and shards, in forward
                 loss = loss_fn(model, x.to(device), y.to(device))
             loss.backward()                   # FSDP: all-gathers (ZeRO-3), reduce-scatters the gradients
             if step == 0:                     # gradients exist now, optimizer state after the step

@@ -17,9 +17,12 @@ weights with a single-process run (``reference_run``) computed on the spot.
   ``CUDA_VISIBLE_DEVICES=""``: torch's ``FileSystemWriter`` (``dcp.save``) uses CUDA streams whenever
   ``torch.cuda.is_available()``, so without it every "CPU" rank would open the GPU to save a checkpoint
   (four contexts on Colab's T4; a failure on a GPU in exclusive-process mode).
-* ``held_param_bytes`` / ``PeakParams``: the parameter bytes a rank holds *now* (FSDP2 swaps a module's
-  sharded parameters for whole ones between its all-gather and its reshard), and their largest value
-  from the start of forward to the start of backward.
+* ``held_param_bytes`` / ``PeakParams``: the parameter bytes a rank has allocated *now*, and their
+  largest value from the start of forward to the start of backward. Between a unit's all-gather and
+  its reshard FSDP2 points the module at the whole (unsharded) parameter, while the sharded one,
+  which the optimizer holds, stays allocated beside it (torch 2.13
+  ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``, ``to_unsharded``): both are counted, the
+  shard at its padded size, each storage once.
 * ``CommCounter``: every collective a rank issues (all-gather, reduce-scatter, all-reduce,
   broadcast), counted with its bytes by a dispatch mode that sees the c10d operators.
 * ``finish``: leave the process group and exit. torch 2.13's CPU build can abort at interpreter
@@ -155,15 +158,33 @@ def state_bytes(model, optimizer) -> dict:
             "optimizer": sum(tensor_bytes(v) for v in moments)}
 
 
+def fsdp_shards(model) -> list:
+    """The local tensor of every FSDP2 parameter's shard, whether or not its unit is gathered now
+    (a view of the padded shard FSDP allocated; empty for a model that is not sharded)."""
+    shards = []
+    for module in model.modules():
+        if hasattr(module, "_get_fsdp_state"):         # fully_shard'ed: its own parameters' group
+            for group in module._get_fsdp_state()._fsdp_param_groups:
+                shards += [fp.sharded_param.to_local() for fp in group.fsdp_params]
+    return shards
+
+
 def held_param_bytes(model) -> int:
-    """The bytes of parameters this rank holds at this moment: a DTensor's local shard, or the whole
-    tensor where FSDP2 has swapped in the gathered parameter (between all-gather and reshard)."""
-    return sum(tensor_bytes(p) for p in model.parameters())
+    """The parameter bytes this rank has allocated at this moment: what the modules compute with (a
+    shard, or the whole parameter FSDP2 gathered for a unit), plus every FSDP shard, which stays
+    allocated while its unit is gathered. Each storage is counted once, at its allocated size (a
+    freed gathered parameter has size 0; a shard its padding)."""
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
+    storages = {}
+    for tensor in local + fsdp_shards(model):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
 
 
 class PeakParams:
-    """``with PeakParams(model) as peak: loss = ...``: the most parameter bytes the rank held while the
-    forward ran (sampled after every leaf module's forward) and when it ended, just before backward."""
+    """``with PeakParams(model) as peak: loss = ...``: the most parameter bytes the rank had allocated
+    (``held_param_bytes``) while the forward ran (sampled after every leaf module's forward) and when it ended, just before backward."""
 
     def __init__(self, model):
         self.model, self.bytes, self._hooks = model, 0, []
