@@ -154,6 +154,7 @@ def test_fake_process_group_plan_equals_the_closed_form():
         fake = memory_plan.fake_plan(CONFIGS[name], 64, 0)
         closed = memory_plan.closed_form(CONFIGS[name], 64, 0)
         assert fake["how"] == "fake process group"
+        assert fake["gathered_size"] == 2        # read from the policy FSDP holds: bfloat16, as in section 1
         for key in ("held", "parameters", "state_bytes", "root_bytes", "layer_bytes", "gathered_bytes"):
             assert fake[key] == closed[key], (name, key)
     assert fake["parameters"] == 70_553_706_496

@@ -83,14 +83,16 @@ def _chunk_rows(rows: int, world: int, rank: int) -> int:
     return max(0, min(size, rows - rank * size))
 
 
-def _bytes(held: int, total: int, root: int, layer: int, world: int, how: str) -> dict:
+def _bytes(held: int, total: int, root: int, layer: int, world: int, how: str, gathered_size: int = 2) -> dict:
+    """``gathered_size``: the bytes of a gathered value, bfloat16's 2 under section 1's policy (the fake
+    plan reads it from the policy FSDP was given)."""
     state = 16 * held                                     # fp32 weights + grads + 2 Adam moments
-    root_bytes = 2 * 2 * root                             # the root whole all step: bf16 weights, grads
-    layer_bytes = 3 * 2 * layer                           # a layer, the prefetched next, one's grads
+    root_bytes = 2 * gathered_size * root                 # the root whole all step: weights, grads
+    layer_bytes = 3 * gathered_size * layer               # a layer, the prefetched next, one's grads
     gathered = root_bytes + layer_bytes
     return {"parameters": total, "world": world, "held": held, "state_bytes": state,
             "root_bytes": root_bytes, "layer_bytes": layer_bytes, "gathered_bytes": gathered,
-            "per_gpu_bytes": state + gathered, "how": how}
+            "gathered_size": gathered_size, "per_gpu_bytes": state + gathered, "how": how}
 
 
 def activation_bytes(c: dict, tokens: int) -> int:
@@ -108,13 +110,25 @@ def smallest_world(c: dict, memory: float, worlds=None) -> int | None:
     return None
 
 
+def _gathered_sizes(model) -> set:
+    """The bytes of a value each FSDP unit of ``model`` would all-gather: its policy's ``param_dtype``,
+    or the parameter's own dtype where the policy sets none."""
+    sizes = set()
+    for module in model.modules():
+        if hasattr(module, "_get_fsdp_state"):
+            for group in module._get_fsdp_state()._fsdp_param_groups:
+                sizes |= {(group.mp_policy.param_dtype or fp.sharded_param.dtype).itemsize
+                          for fp in group.fsdp_params}
+    return sizes
+
+
 def fake_plan(c: dict, world: int, rank: int) -> dict:
     """Shard the model with FSDP2 on a fake process group of ``world`` ranks; count rank ``rank``."""
     import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     # >>> 1. a process group of `world` ranks in one process: collectives do nothing   (real: torchrun)
@@ -123,11 +137,12 @@ def fake_plan(c: dict, world: int, rank: int) -> dict:
     try:
         mesh = init_device_mesh("cpu", (world,))
         # >>> 2. a model with shapes but no memory, sharded as on rank `rank`   (real: real tensors)
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         with FakeTensorMode():
             model = llama(c, layers=1)
             for layer in model.layers:
-                fully_shard(layer, mesh=mesh)
-            fully_shard(model, mesh=mesh)
+                fully_shard(layer, mesh=mesh, mp_policy=policy)
+            fully_shard(model, mesh=mesh, mp_policy=policy)
         # <<<
         # every decoder layer is sharded on its own and alike: count one, times the layers
         held_layer = sum(p.to_local().numel() for p in model.layers.parameters())
@@ -136,10 +151,14 @@ def fake_plan(c: dict, world: int, rank: int) -> dict:
         held_root = sum(p.to_local().numel() for p in model.parameters()) - held_layer
         n = c["num_hidden_layers"]
         held, total = held_root + n * held_layer, root + n * per_layer
+        # the bytes of a value FSDP would gather, from the policy each unit was given
+        sizes = _gathered_sizes(model)
     finally:
         dist.destroy_process_group()
     del torch
-    return _bytes(held, total, root, per_layer, world, "fake process group")
+    if len(sizes) != 1:
+        raise ValueError(f"the units would gather values of {sorted(sizes)} bytes; the plan counts one size")
+    return _bytes(held, total, root, per_layer, world, "fake process group", sizes.pop())
 
 
 def plan(name: str, world: int, rank: int = 0) -> dict:
