@@ -27,8 +27,11 @@ from gpucourse import settings
 CAPABILITIES_PATH = Path(__file__).parent / "references" / "capabilities.json"
 
 # The math backend keeps the float32 scores, their softmax and the causal mask for every
-# head: about 10 bytes per score element, measured with memory.TensorMeter on torch 2.13
-# (9.6 bytes at 1,024 tokens, 10.8 at 512; episode 14 §1 measures it again).
+# head: at most about 10 bytes per score element, measured on the CPU (not CUDA's allocator)
+# with memory.TensorMeter on torch 2.13, float16 q, k, v and a grouped call: 10.8 bytes at
+# 512 tokens, 9.6 at 1,024, 9.0 at 2,048, falling toward 8 + 4/9 (two float32 scores per head,
+# one float mask per call) at the 4,096-8,192 tokens where episode 14 uses it, so there it
+# overstates by up to about 15 %: a safe bound for "does not fit" (episode 14 §1 measures it).
 MATH_BYTES_PER_SCORE = 10
 
 
@@ -141,8 +144,13 @@ def _dtypes_allowed(entry: dict, capability: tuple[int, int]) -> list[str]:
 
 
 def sdpa_backend(capability: tuple[int, int], torch_version: str, dtype: str,
-                 grouped: bool) -> str:
+                 grouped: bool, cudnn_version: int | None = None) -> str:
     """The SDPA backend torch falls to for a call without a mask: a fused one, else ``"math"``.
+
+    torch tries Flash, memory-efficient, then cuDNN; on sm90 and sm100 (H100, H200, B200) with a
+    cuDNN newer than 9.15 it tries cuDNN first (``check_prefer_cudnn_attention`` in torch's
+    ``sdp_utils.cpp``: ``cudnn_version > 91500`` and major 9 or 10). Pass
+    ``torch.backends.cudnn.version()`` as ``cudnn_version``; without it the order is the default one.
 
     Parameters
     ----------
@@ -159,6 +167,9 @@ def sdpa_backend(capability: tuple[int, int], torch_version: str, dtype: str,
     candidates = (gqa_fused_backends(capability, torch_version) if grouped else
                   [name for name in ("flash", "cudnn", "efficient")
                    if _in_range(capability, backends[name]["compute_capability"])])
+    if (cudnn_version is not None and cudnn_version > 91500 and tuple(capability)[0] in (9, 10)
+            and "cudnn" in candidates):
+        candidates = ["cudnn"] + [name for name in candidates if name != "cudnn"]
     return next((name for name in candidates
                  if dtype in _dtypes_allowed(backends[name], capability)), "math")
 

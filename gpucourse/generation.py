@@ -43,3 +43,25 @@ def show_metrics(name, m):
     print(f"{name:9} TTFT {m['ttft_s'] * 1e3:7.1f} ms · ITL median "
           f"{m['itl_p50_s'] * 1e3:6.1f} ms, p90 {m['itl_p90_s'] * 1e3:6.1f} ms · "
           f"{m['tokens_per_s_per_user']:6.1f} tokens/s")
+
+
+def acceptance(rounds, tokens):
+    """α of Leviathan et al. (2023), eq. 1, estimated from a greedy assisted run.
+
+    ``rounds``: for each pass of the large model, the draft tokens it checked (in order);
+    ``tokens``: the new tokens the run wrote. A round keeps its draft tokens up to the first one
+    that differs from what the run wrote there, then the large model adds one of its own. The
+    tokens after a rejection are never tested, so kept ÷ drafted understates α; under eq. 1's
+    model (each tested token accepted with probability α) the estimate is
+    accepted ÷ (accepted + rejections): the tokens tested, each an accept or a reject.
+    """
+    tokens = [int(t) for t in tokens]
+    position = accepted = rejected = 0
+    for proposed in rounds:
+        n = 0
+        while n < len(proposed) and position + n < len(tokens) and int(proposed[n]) == tokens[position + n]:
+            n += 1
+        accepted += n
+        rejected += position + n < len(tokens) and n < len(proposed)
+        position += n + 1
+    return accepted / max(accepted + rejected, 1)

@@ -439,3 +439,83 @@ CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "sqrt", "â
 @pytest.mark.parametrize("exercise", [ep10.q1, ep10.q2, ep10.q3, ep10.q4], ids=lambda q: q.name)
 def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
     assert_two_step_hints(exercise, capsys, CODE)
+
+
+# --- answers written by an independent review, each named by its own mistake ----------------------
+# (each helper below is one reviewer's answer; the first ones of each exercise were named by another
+# mistake, or by none, before the candidates they now meet were added)
+
+def _kv(config, tokens, batch, dtype, factor=2, heads=None):
+    heads = config.num_key_value_heads if heads is None else heads
+    return factor * config.num_hidden_layers * heads * config.head_dim * size_of(dtype) * tokens * batch
+
+
+def _floor(n, dtype, gpu, scale=1e3, bandwidth=None):
+    return n * dtype.itemsize / (bandwidth or llm.gpus()[gpu]["bandwidth_gbs"] * 1e9) * scale
+
+
+def _context(config, dtype, memory_bytes, batch, memory=None, params=None, cache_size=None, rounding=None):
+    size = size_of(dtype)
+    params = llm.count_parameters(config) if params is None else params(config)
+    per_token = _kv(config, 1, 1, dtype) // size * (cache_size or size)
+    room = (memory or (lambda m: m))(memory_bytes) - params * size
+    return max(0, (rounding or (lambda x: x // 1))(room / (per_token * batch)))
+
+
+def _untied(config):
+    h, layers, d = config.hidden_size, config.num_hidden_layers, config.head_dim
+    q, kv = config.num_attention_heads * d, config.num_key_value_heads * d
+    return 2 * config.vocab_size * h + layers * (2 * h * q + 2 * h * kv + 3 * h * config.intermediate_size
+                                                 + 2 * h) + h
+
+
+def _batch(config, wdt, cdt, context, params=None, per=None, weights=None):
+    weights = (llm.count_parameters(config) if params is None else params(config)) * size_of(wdt)
+    sequence = _kv(config, context, 1, cdt) if per is None else per(config, cdt, context)
+    return math.ceil(weights / sequence)
+
+
+REVIEWED = [
+    # q1
+    (ep10.q1, lambda c, t, b, d: _kv(c, t, b, d) / 1e6, ["in MB"]),
+    (ep10.q1, lambda c, t, b, d: _kv(c, t, b, d, factor=3), ["three tensors", "keys and values"]),
+    (ep10.q1, lambda c, t, b, d: _kv(c, t, b, d) / 2**30, ["in GiB"]),
+    (ep10.q1, lambda c, t, b, d: _kv(c, t, b, d, factor=4), ["2 twice"]),
+    (ep10.q1, lambda c, t, b, d: _kv(c, t, b, d, heads=c.num_attention_heads // c.num_key_value_heads),
+     ["group size"]),
+    (ep10.q1, lambda c, t, b, d: _kv(c, t + 1, b, d), ["one token too many"]),
+    # q2
+    (ep10.q2, lambda n, d, g: _floor(n, d, g) / 0.9, ["90 % of the bandwidth"]),
+    (ep10.q2, lambda n, d, g: _floor(n, d, g, bandwidth=llm.gpus()[g]["bandwidth_gbs"] * 1e9 / 2),
+     ["a read and a write"]),
+    (ep10.q2, lambda n, d, g: round(_floor(n, d, g), 1), ["rounded the result to 1 decimal"]),
+    (ep10.q2, lambda n, d, g: _floor(n, d, g, bandwidth=320e9), ["T4's bandwidth for every GPU"]),
+    (ep10.q2, lambda n, d, g: _floor(n, d, g, scale=1e6), ["microseconds"]),
+    (ep10.q2, lambda n, d, g: _floor(n, d, g, bandwidth=llm.gpus()[g]["bandwidth_gbs"]), ["Ã— 10**9"]),
+    (ep10.q2, lambda n, d, g: n * d.itemsize / llm.gpus()[g]["memory_bytes"] * 1e3, ["memory size"]),
+    (ep10.q2, lambda n, d, g: 1e3 / _floor(n, d, g), ["tokens per second"]),
+    # q3
+    (ep10.q3, lambda c, d, m, b: _context(c, d, m, b, memory=lambda m: m / 1e9 * 2**30), ["as GB", "GiB"]),
+    (ep10.q3, lambda c, d, m, b: _context(c, d, m, b, memory=lambda m: 0.9 * m), ["10 % of the memory free"]),
+    (ep10.q3, lambda c, d, m, b: _context(c, d, m, b, params=_untied), ["tie_word_embeddings"]),
+    (ep10.q3, lambda c, d, m, b: _context(c, d, m, b, rounding=lambda x: math.ceil(x) - 1), ["one token short"]),
+    (ep10.q3, lambda c, d, m, b: _context(c, d, m, b, cache_size=2), ["cache's bytes per value"]),
+    (ep10.q3, lambda c, d, m, b: _context(c, d, m, b, memory=lambda m: m + llm.count_parameters(c) * size_of(d)),
+     ["weights are missing"]),
+    (ep10.q3, lambda c, d, m, b: int((m - llm.count_parameters(c) * size_of(d)) // (_kv(c, 1, b, d))),
+     ["return 0"]),
+    # q4
+    (ep10.q4, lambda c, w, k, n: _batch(c, w, k, n, params=_untied), ["tie_word_embeddings"]),
+    (ep10.q4, lambda c, w, k, n: math.ceil(_kv(c, n, 1, k) / (llm.count_parameters(c) * size_of(w))),
+     ["other way up"]),
+    (ep10.q4, lambda c, w, k, n: _batch(c, w, k, n, per=lambda c, k, n: _kv(c, 1, 1, k)), ["context is missing"]),
+    (ep10.q4, lambda c, w, k, n: _batch(c, w, k, n) + 1, ["do not add 1"]),
+    (ep10.q4, lambda c, w, k, n: math.ceil(llm.count_parameters(c) * size_of(k) / _kv(c, n, 1, k)),
+     ["one dtype for both"]),
+]
+
+
+@pytest.mark.parametrize("index", range(len(REVIEWED)))
+def test_reviewed_wrong_answers_are_named_by_their_own_mistake(index):
+    exercise, fn, words = REVIEWED[index]
+    assert_wrong(exercise, (fn,), words)

@@ -227,3 +227,155 @@ CODE = ("()", " = ", "==", "return ", "import", "[", "]", "**", "//", "sqrt", "�
 @pytest.mark.parametrize("exercise", [ep14.q1, ep14.q2], ids=lambda q: q.name)
 def test_hints_come_in_two_steps_without_the_code(exercise, capsys):
     assert_two_step_hints(exercise, capsys, CODE)
+
+
+# --- answers written by an independent review, each named by its own mistake ----------------------
+
+def lora_shapes(**changed):
+    """A lora_trainable whose layers have the shapes ``changed(h, q, kv, i)`` returns in place of the right."""
+    def fn(config, r, targets):
+        h, i = config.hidden_size, config.intermediate_size
+        q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+        s = dict(shapes(config), **{k: v(h, q, kv, i) for k, v in changed.items()})
+        return config.num_hidden_layers * sum(r * sum(s[t]) for t in targets)
+    return fn
+
+
+def group_kv(config, r, targets):
+    g = config.num_attention_heads // config.num_key_value_heads * config.head_dim
+    s = dict(shapes(config), k_proj=(config.hidden_size, g), v_proj=(config.hidden_size, g))
+    return config.num_hidden_layers * sum(r * sum(s[t]) for t in targets)
+
+
+Q1_REVIEWED = {
+    # passed before: the cases targeted q with v, q/k/v/o together, or the whole MLP
+    "q and o by the KV heads, k and v by the query heads": (
+        lora_shapes(q_proj=lambda h, q, kv, i: (h, kv), k_proj=lambda h, q, kv, i: (h, q),
+                    v_proj=lambda h, q, kv, i: (h, q), o_proj=lambda h, q, kv, i: (kv, h)),
+        ["exchanged the widths"]),
+    "q_proj and v_proj rows swapped": (
+        lora_shapes(q_proj=lambda h, q, kv, i: (h, kv), v_proj=lambda h, q, kv, i: (h, q)),
+        ["q_proj to the key/value width", "v_proj to the query width"]),
+    "the MLP's sum kept, its split wrong": (
+        lora_shapes(gate_proj=lambda h, q, kv, i: (h, h), up_proj=lambda h, q, kv, i: (h, 3 * i - 2 * h),
+                    down_proj=lambda h, q, kv, i: (h, h)), ["down_proj", "hidden_size → hidden_size"]),
+    # named by another mistake before
+    "targets ignored": (lambda config, r, targets: lora_trainable(config, r, ["q_proj", "k_proj", "v_proj",
+                                                                               "o_proj"]),
+                        ["whatever target_modules says"]),
+    "one layer too few": (lambda config, r, targets: lora_trainable(config, r, targets)
+                          // config.num_hidden_layers * (config.num_hidden_layers - 1), ["num_hidden_layers - 1"]),
+    "o_proj's input as the KV width": (lora_shapes(o_proj=lambda h, q, kv, i: (kv, h)), ["o_proj's input"]),
+    "k and v by the group size": (group_kv, ["group size"]),
+    "rank clamped": (lambda config, r, targets: config.num_hidden_layers * sum(
+        min(r, *shapes(config)[t]) * sum(shapes(config)[t]) for t in targets), ["min(r, in, out)"]),
+    # named by their own mistake before too
+    "the MLP as hidden → hidden": (lora_shapes(gate_proj=lambda h, q, kv, i: (h, h), up_proj=lambda h, q, kv, i: (h, h),
+                                               down_proj=lambda h, q, kv, i: (h, h)), ["MLP's projections"]),
+    "short names": (lambda config, r, targets: {"q": 1}[targets[0]], ["KeyError", "not in the dictionary"]),
+    "as text": (lambda config, r, targets: f"{lora_trainable(config, r, targets):,}", ["should be a number"]),
+    "q and o by hidden": (lora_shapes(q_proj=lambda h, q, kv, i: (h, h), o_proj=lambda h, q, kv, i: (h, h)),
+                          ["sized q_proj and o_proj by hidden_size"]),
+}
+
+
+@pytest.mark.parametrize("name", Q1_REVIEWED)
+def test_q1_reviewed_answers_are_named_by_their_own_mistake(name):
+    fn, words = Q1_REVIEWED[name]
+    assert_wrong(ep14.q1, (fn,), words)
+
+
+def test_q1_cases_separate_every_width():
+    """One configuration of the check has all its widths different, and is targeted one or two layers
+    at a time (q_proj alone, k_proj with o_proj, down_proj alone)."""
+    distinct = [(c, t) for _, c, _, t in ep14._q1_cases()
+                if len({c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim, c.hidden_size,
+                        c.intermediate_size, c.num_attention_heads // c.num_key_value_heads * c.head_dim}) == 5]
+    assert {tuple(t) for _, t in distinct} >= {("q_proj",), ("k_proj", "o_proj"), ("down_proj",)}
+
+
+def test_q1_imports_peft_before_the_answers_deadline_starts():
+    """An answer that imports peft itself must not pay the check's own cold imports inside its deadline:
+    in a fresh process, peft is already imported when the learner's function is first called."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from gpucourse.checks import ep14\n"
+            "seen = []\n"
+            "def answer(config, r, targets):\n"
+            "    seen.append('peft' in sys.modules and 'transformers.models.llama' in sys.modules)\n"
+            "    return 0\n"
+            "ep14.q1.outcome(answer)\n"
+            "print('IMPORTED' if seen and seen[0] else 'NOT IMPORTED')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         cwd=str(__import__("pathlib").Path(ep14.__file__).resolve().parents[2]))
+    assert "IMPORTED" in out.stdout and "NOT" not in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+Q2_REVIEWED = {
+    # named by another mistake, or by none, before
+    "the series without end (raises at alpha = 1)": (lambda a, k, c: 1 / (1 - a) / (1 + k * c), ["without end"]),
+    "the closed form in numpy": (lambda a, k, c: float(__import__("numpy").float64(1 - a ** (k + 1))
+                                                       / __import__("numpy").float64(1 - a)) / (1 + k * c)
+                                 if a != 1 else float("nan"), ["alpha = 1", "nan", "k + 1"]),
+    "own token only after a full run": (lambda a, k, c: (sum(a ** i for i in range(1, k + 1)) + a ** k)
+                                        / (1 + k * c), ["only after a fully accepted run"]),
+    "own token only after a rejection": (lambda a, k, c: (sum(a ** i for i in range(1, k + 1)) + 1 - a ** k)
+                                         / (1 + k * c), ["one term early", "only after a rejection"]),
+    "c read as a speed ratio": (lambda a, k, c: sum(a ** i for i in range(k + 1)) / (1 + k / c), ["divided k by c"]),
+    "alpha as a percentage": (lambda a, k, c: sum((a / 100) ** i for i in range(k + 1)) / (1 + k * c),
+                              ["percentage"]),
+    "k - 1 draft steps": (lambda a, k, c: sum(a ** i for i in range(k + 1)) / (1 + (k - 1) * c), ["k - 1 steps"]),
+    "a simulation": (lambda a, k, c: speedup_sum(a, k, c) * (1 + 0.003 * (0 < a < 1)), ["simulation"]),
+    "rounded": (lambda a, k, c: round(speedup_sum(a, k, c), 2), ["rounded the speed-up to 2 decimals"]),
+    "arguments in another order": (lambda a, c, k: sum(a ** i for i in range(int(k) + 1)) / (1 + k * c),
+                                   ["(alpha, c, k)"]),
+    # named by their own mistake before too
+    "a tuple": (lambda a, k, c: (sum(a ** i for i in range(k + 1)), 1 + k * c), ["should be a number"]),
+    "k + 1 steps": (lambda a, k, c: sum(a ** i for i in range(k + 1)) / (1 + (k + 1) * c), ["k + 1 steps"]),
+    "independent": (lambda a, k, c: (1 + k * a) / (1 + k * c), ["stood on its own"]),
+    "upside down": (lambda a, k, c: (1 + k * c) / sum(a ** i for i in range(k + 1)), ["other way up"]),
+}
+
+
+@pytest.mark.parametrize("name", Q2_REVIEWED)
+def test_q2_reviewed_answers_are_named_by_their_own_mistake(name):
+    fn, words = Q2_REVIEWED[name]
+    message = assert_wrong(ep14.q2, (fn,), words)
+    if name.startswith("the series"):
+        assert "divided by zero" not in message
+
+
+# --- α from an assisted run ------------------------------------------------------------------------
+
+def test_acceptance_counts_the_tested_tokens():
+    """A run written by hand: round 1 keeps 2 of 3 (reject), round 2 keeps both (no reject), round 3
+    keeps 1 of 2 (reject): 5 accepted, 2 rejections, α = 5/7, while kept ÷ proposed is 5/7 too only by
+    chance of this run; an empty round is a pass without a draft."""
+    from gpucourse.generation import acceptance
+
+    tokens = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    rounds = [[10, 11, 99], [13, 14], [16, 98], []]
+    assert acceptance(rounds, tokens) == pytest.approx(5 / 7)
+
+
+def test_acceptance_recovers_alpha_where_kept_over_drafted_does_not():
+    """Under eq. 1's model (each tested token accepted with probability α, γ drafted a round), the
+    estimate comes back to α = 0.8, while kept ÷ drafted is (α - α**(γ+1)) / ((1 - α) γ) = 0.54."""
+    import random
+
+    from gpucourse.generation import acceptance
+
+    rng, alpha, gamma = random.Random(3), 0.8, 5
+    tokens, rounds, kept, drafted = [], [], 0, 0
+    for _ in range(20_000):
+        n = 0
+        while n < gamma and rng.random() < alpha:
+            n += 1
+        proposal = list(range(len(tokens), len(tokens) + n)) + [-1] * (gamma - n)   # -1: a rejected one
+        rounds.append(proposal)
+        tokens += list(range(len(tokens), len(tokens) + n + 1))
+        kept, drafted = kept + n, drafted + gamma
+    assert acceptance(rounds, tokens) == pytest.approx(alpha, abs=0.01)
+    assert kept / drafted == pytest.approx((alpha - alpha ** (gamma + 1)) / ((1 - alpha) * gamma), abs=0.01)

@@ -86,6 +86,17 @@ def test_sdpa_backend(capability, dtype, grouped, expected):
     assert feasibility.sdpa_backend(capability, "2.11.0", dtype, grouped) == expected
 
 
+@pytest.mark.parametrize("capability, cudnn, expected", [
+    ((9, 0), 91600, "cudnn"),     # H100/H200 with cuDNN > 9.15: torch tries cuDNN first
+    ((10, 0), 91600, "cudnn"),    # B200 too
+    ((9, 0), 91500, "flash"),     # 9.15 itself: the default order
+    ((8, 0), 91600, "flash"),     # an A100: never cuDNN first
+    ((9, 0), None, "flash"),      # no cuDNN version given: the default order
+])
+def test_sdpa_backend_puts_cudnn_first_on_sm90_with_a_recent_cudnn(capability, cudnn, expected):
+    assert feasibility.sdpa_backend(capability, "2.11.0", "bfloat16", True, cudnn) == expected
+
+
 @pytest.mark.parametrize("repeats_kv, expected", [(True, "repeat_kv+efficient"), (False, "math")])
 def test_prefill_backend_on_a_t4(repeats_kv, expected):
     assert feasibility.prefill_backend((7, 5), "2.11.0", "float16", repeats_kv) == expected

@@ -30,8 +30,11 @@ def _same(got: float, value: float, whole: bool = False) -> bool:
     return abs(got - value) <= (1e-9 if whole else 1e-6) * abs(value) + 1e-12
 
 
-def _judge(results, alternatives, what_fn, unit: str, *, whole: bool):
+def _judge(results, alternatives, what_fn, unit: str, *, whole: bool, close=None):
     """``results``: (case, got, expected); ``alternatives(case)``: {message: value}. Raise Wrong or return.
+
+    ``close``: (message, rel) named when no known mistake fits but every wrong number is within ``rel``
+    of the right one.
 
     The mistake named is the one that gives the learner's numbers on the most of the cases they got
     wrong (see ``diagnosis.best_fit``), not whatever happens to match on the first of them.
@@ -58,6 +61,8 @@ def _judge(results, alternatives, what_fn, unit: str, *, whole: bool):
             if explained < len(wrong) else ""
         raise Wrong(f"{what_fn(case)} returned {got:,.6g}{where}: {message}{also}")
     case, got, expected = wrong[0]
+    if close and all(abs(g - e) <= close[1] * abs(e) for _, g, e in wrong):
+        raise Wrong(f"{what_fn(case)} returned {got:,.6g}{where}; expected {expected:,.6g} {unit}: {close[0]}")
     if whole and not float(got).is_integer():
         raise Wrong(f"{what_fn(case)} returned {got!r}; it should be a whole number of {unit} "
                     f"(expected {expected:,.0f}).")
@@ -126,6 +131,9 @@ def _kv_mistakes(config, tokens, batch, dtype) -> dict:
         "that is in GiB; return bytes (1 GiB = 2**30 bytes).": right / GIB,
         "that is in MiB; return bytes.": right / MIB,
         "that is in GB; return bytes.": right / 1e9,
+        "that is in MB (10**6 bytes); return bytes.": right / 1e6,
+        "you counted three tensors per layer; the cache keeps two, keys and values (the queries are not "
+        "kept: each new token's query is used once).": _kv_bytes(config, tokens, batch, dtype, factor=3),
     }
 
 
@@ -236,10 +244,19 @@ def _floor_mistakes(n, dtype, gpu) -> dict:
         "you divided by the GPU's memory size; divide by its bandwidth (llm.gpus()[gpu]['bandwidth_gbs']).":
             n * _element_size(dtype) / spec["memory_bytes"] * 1e3,
         "you used bits per weight, not bytes: divide by 8.": right * 8,
-        "you counted two operations per weight; the floor is set by bytes read, not by operations: "
-        "parameters × bytes per value ÷ bandwidth.": right * 2,
+        "you counted each weight twice: two operations per weight, or a read and a write (as in a copy); "
+        "a decode step only reads each weight once, and the floor is set by bytes read: parameters × bytes "
+        "per value ÷ bandwidth.": right * 2,
         "you divided by the bandwidth in GB/s as it stands; turn it into bytes per second first (× 10**9).":
             right * 1e9,
+        **{f"you assumed {p} % of the bandwidth; the floor is at the datasheet's whole bandwidth (real decoding "
+           "reaches only part of it, which is why this is a floor).": right / (p / 100) for p in (95, 90, 85, 80,
+                                                                                              75, 70)},
+        **{f"you used the {other}'s bandwidth for every GPU; read the bandwidth of the GPU asked for, "
+           "llm.gpus()[gpu]['bandwidth_gbs'].": _floor_ms(n, dtype, gpu, bandwidth=g["bandwidth_gbs"] * 1e9)
+           for other, g in gpus().items() if other != gpu and g.get("bandwidth_gbs")},
+        **{f"you rounded the result to {d} decimal{'s' * (d != 1)}; return it as computed.": round(right, d)
+           for d in range(4)},
     }
 
 
@@ -304,7 +321,18 @@ def _q3_mistakes(case, params) -> dict:
     _, config, dtype, memory_bytes, batch = case
     right = max(0, _max_context(config, dtype, memory_bytes, batch, params=params))
     per = lambda **kw: _kv_bytes(config, 1, 1, dtype, **kw)   # noqa: E731
+    untied = params + (config.vocab_size * config.hidden_size if config.tie_word_embeddings else 0)
     return {
+        "you read memory_bytes as GB and turned it into GiB-sized bytes (× 2**30 / 10**9); it is in bytes "
+        "already: use it as it is.": max(0, _max_context(config, dtype, memory_bytes / 1e9 * GIB, batch,
+                                                         params=params)),
+        **{f"you kept {p} % of the memory free; the question asks what fills the memory given, all of it.":
+           max(0, _max_context(config, dtype, memory_bytes * (1 - p / 100), batch, params=params))
+           for p in (5, 10, 15, 20)},
+        "you counted an output layer of vocab_size × hidden_size beside the input embedding; this model "
+        "ties the two (config.tie_word_embeddings), so that matrix is stored once: count the parameters "
+        "with llm.count_parameters(config).":
+            max(0, _max_context(config, dtype, memory_bytes, batch, params=untied)),
         "the weights are missing: the cache gets only what the weights leave of the memory.":
             _max_context(config, dtype, memory_bytes, batch, params=params, weights=False),
         "the batch is missing: the memory holds one cache per sequence, so divide by the batch as well.":
@@ -427,7 +455,12 @@ def _cache_batch(config, weight_dtype, cache_dtype, context, *, params, per_sequ
 def _q4_mistakes(case, params) -> dict:
     _, config, weight_dtype, cache_dtype, context = case
     batch = lambda **kw: _cache_batch(config, weight_dtype, cache_dtype, context, params=params, **kw)  # noqa: E731
+    untied = params + (config.vocab_size * config.hidden_size if config.tie_word_embeddings else 0)
     return {
+        "you counted an output layer of vocab_size × hidden_size beside the input embedding; this model "
+        "ties the two (config.tie_word_embeddings), so that matrix is stored once: count the parameters "
+        "with llm.count_parameters(config).":
+            _cache_batch(config, weight_dtype, cache_dtype, context, params=untied),
         "round up: the answer is the smallest whole batch whose cache read reaches the weights' bytes, "
         "not the exact ratio.": batch(rounding=lambda x: x),
         "one batch too few: round up (rounding down gives a batch whose cache read is still below the "
