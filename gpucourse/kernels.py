@@ -77,10 +77,11 @@ class DivergentBarrier(RuntimeError):
     undefined behaviour (a hang or wrong results), though Numba's simulator lets it pass."""
 
 
-#: Lines a kernel's own code may run in one launch (Triton) or one thread (Numba), and
+#: Lines a kernel's own code may run in one program (Triton) or one thread (Numba), and
 #: barriers one thread may reach, before it is stopped as a loop that never ends. A right
-#: kernel in the episode or its exercises runs a few thousand lines at most.
-LINE_LIMIT = 200_000
+#: program of the episode or its exercises runs under a thousand lines; an interpreted Triton
+#: line takes up to about a millisecond, so a runaway program is named within seconds.
+LINE_LIMIT = 5_000
 BARRIER_LIMIT = 1_000
 
 
@@ -394,14 +395,16 @@ def _budget_tracer(fn, limit: int, what: str):
         return local
 
     def tracer(frame, event, arg):
+        nonlocal count
         if frame.f_code.co_name == name and frame.f_code.co_filename == filename:
+            count = 0                     # a new program (Triton) or thread (Numba): its own count
             return local
         return None
     return tracer
 
 
 @contextlib.contextmanager
-def line_budget(fn, limit: int | None = None, what: str = "the launch"):
+def line_budget(fn, limit: int | None = None, what: str = "one program of the launch"):
     """Inside, stop ``fn`` with :class:`RunawayKernel` once its own lines have run more than
     ``limit`` times (default :data:`LINE_LIMIT`), in this thread. A count, not a clock: the
     verdict is the same on a busy machine and an idle one."""
@@ -525,14 +528,36 @@ def _job(kernel, capability, args, constexprs, num_warps) -> dict:
             "constexprs": constexprs, "aligned": aligned, "num_warps": num_warps}
 
 
-def _constant_globals(fn) -> str:
-    """Lines that give the child the plain constants ``fn`` reads from its module (a block
-    size, a flag, a ``tl.constexpr``): the kernel's own file there has only the imports."""
+def _constant_globals(fn, seen=None) -> str:
+    """Lines that give the child what ``fn`` reads from its module: the modules it names
+    (``np``, ``math``), the plain constants (a block size, a flag, a ``tl.constexpr``) and the
+    ``@triton.jit`` functions it calls. The kernel's own file there has only the imports, and
+    Triton's compiler must see what the learner's kernel sees to refuse what it refuses."""
+    import inspect
+    import textwrap
+    import types
+
+    seen = set() if seen is None else seen
     lines = []
     for name in fn.__code__.co_names:
-        if name not in fn.__globals__:
+        if name not in fn.__globals__ or name in seen:
             continue
+        seen.add(name)
         value = fn.__globals__[name]
+        if isinstance(value, types.ModuleType):
+            if name not in ("triton", "tl"):
+                lines.append(f"import {value.__name__} as {name}\n")
+            continue
+        helper = getattr(value, "fn", None)
+        if callable(helper) and type(value).__name__ == "JITFunction":
+            try:
+                body = textwrap.dedent(inspect.getsource(helper)).splitlines(keepends=True)
+            except (OSError, TypeError):
+                continue
+            while body and body[0].lstrip().startswith("@"):       # its own decorator
+                body.pop(0)
+            lines.append(_constant_globals(helper, seen) + "@triton.jit\n" + "".join(body))
+            continue
         inner = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
         if isinstance(inner, (bool, int, float, str)) or inner is None:
             wrap = "tl.constexpr({!r})" if inner is not value else "{!r}"
@@ -664,17 +689,83 @@ def _wait_until(predicate, seconds: float = 600.0) -> None:
         time.sleep(0)
 
 
-def _ordered_run(order: str):
+class SharedRace(RuntimeError):
+    """Two threads of a block touched one element between the same two barriers, and at least
+    one of them wrote it: on a GPU the result depends on timing (``compute-sanitizer --tool
+    racecheck`` reports it), even where running the threads one at a time gives the right sum."""
+
+
+class _Accesses:
+    """Who read and wrote each element of each array, per barrier phase, in one block."""
+
+    def __init__(self):
+        self.seen: dict = {}              # (array id, index, phase) -> {thread: "r" or "w"}
+        self.names: dict[int, str] = {}
+
+    def note(self, array, index, kind: str) -> None:
+        thread = threading.current_thread()
+        phase = getattr(thread, "gpucourse_phase", None)
+        if phase is None:
+            return
+        if not isinstance(index, tuple):
+            index = (index,)
+        if not all(isinstance(i, (int,)) or hasattr(i, "__index__") for i in index):
+            return                        # a slice or an array of indices: not followed
+        key = (id(array), tuple(int(i) for i in index), phase)
+        who = self.seen.setdefault(key, {})
+        idx = tuple(thread.threadIdx)
+        who[idx] = "w" if kind == "w" or who.get(idx) == "w" else "r"
+
+    def first_race(self):
+        for (array, index, phase), who in self.seen.items():
+            writers = [t for t, k in who.items() if k == "w"]
+            if writers and len(who) > 1:
+                other = next(t for t in who if t != writers[0])
+                return self.names.get(array, "an array"), index, writers[0], other, who[other]
+        return None
+
+
+def _watch(array, name: str):
+    """``array`` (a shared array of the simulator) with its element reads and writes noted."""
+    import numpy as np
+
+    class Watched(np.ndarray):
+        def __getitem__(self, index):
+            log = _block_log[0]
+            if log is not None:
+                log.note(self.base if self.base is not None else self, index, "r")
+            return super().__getitem__(index)
+
+        def __setitem__(self, index, value):
+            log = _block_log[0]
+            if log is not None:
+                log.note(self.base if self.base is not None else self, index, "w")
+            super().__setitem__(index, value)
+
+    watched = array.view(Watched)
+    if _block_log[0] is not None:
+        _block_log[0].names[id(array)] = name
+    return watched
+
+
+_block_log: list = [None]                 # the block being run in order, if races are followed
+
+
+def _ordered_run(order: str, races: bool = False):
     """A ``BlockManager.run`` that runs the threads of a block one at a time, each until it
     reaches ``syncthreads`` or ends, in index order ("forward") or reversed ("reverse").
 
-    It also counts each thread's barriers: Numba's own simulator releases a barrier once every
+    It also follows each thread's barriers: Numba's own simulator releases a barrier once every
     *live* thread waits there, so a ``syncthreads`` inside an ``if`` that only some threads
-    take, or after a ``return`` that only some take, passes it silently. On a GPU that is
-    undefined (CUDA C++ Programming Guide, ``__syncthreads()``: allowed in conditional code
-    only if the condition is the same for the whole block). Here it is a
-    :class:`DivergentBarrier`, and a thread past :data:`BARRIER_LIMIT` barriers or
-    :data:`LINE_LIMIT` lines a :class:`RunawayKernel`."""
+    take, or after a ``return`` that only some take, passes it silently, and so does a
+    different ``syncthreads`` in each branch of an ``if``. On a GPU that is undefined (CUDA C++
+    Programming Guide, ``__syncthreads()``: allowed in conditional code only if the condition
+    is the same for the whole block). Here threads that reach different barriers, or different
+    numbers of them, are a :class:`DivergentBarrier`, and a thread past
+    :data:`BARRIER_LIMIT` barriers or :data:`LINE_LIMIT` lines a :class:`RunawayKernel`. With
+    ``races``, two threads touching one element of an array between the same two barriers,
+    one of them writing, are a :class:`SharedRace`: running threads one at a time would
+    otherwise hide a read-modify-write race (``shared[0] += v`` in every thread)."""
     import numpy as np
 
     def run(self, grid_point, *args):
@@ -682,12 +773,24 @@ def _ordered_run(order: str):
 
         points = list(np.ndindex(*self._block_dim))
         points = points[::-1] if order == "reverse" else points
-        threads, barriers = [], {}
+        threads, sites = [], {}
+        kernel = getattr(self._f, "py_func", self._f)
+        code = getattr(kernel, "__code__", None)
+        _block_log[0] = _Accesses() if races else None
+        fake_cuda = getattr(kernel, "__globals__", {}).get("cuda")
+        for made in getattr(getattr(fake_cuda, "_shared", None), "_allocations", {}).values():
+            made[...] = np.nan if made.dtype.kind in "fc" else -1   # this block wrote none yet
 
         def stop_all():
             for other in threads:
                 other.abort, other.syncthreads_blocked = True, False
                 other.syncthreads_event.set()
+
+        def call_site(thread) -> int:
+            frame = sys._current_frames().get(thread.ident)
+            while frame is not None and code is not None and frame.f_code is not code:
+                frame = frame.f_back
+            return frame.f_lineno if frame is not None else 0
 
         def settle(thread):
             _wait_until(lambda: thread.syncthreads_blocked or not thread.is_alive())
@@ -695,8 +798,9 @@ def _ordered_run(order: str):
                 stop_all()
                 raise thread.exception[0].with_traceback(thread.exception[1])
             if thread.syncthreads_blocked:
-                barriers[thread] += 1
-                if barriers[thread] > BARRIER_LIMIT:
+                sites[thread].append(call_site(thread))
+                thread.gpucourse_phase = len(sites[thread])
+                if len(sites[thread]) > BARRIER_LIMIT:
                     stop_all()
                     raise RunawayKernel(
                         f"thread {tuple(thread.threadIdx)} of block {tuple(grid_point)} reached "
@@ -705,52 +809,138 @@ def _ordered_run(order: str):
                         "that is never halved)?")
 
         def body():
-            with line_budget(getattr(self._f, "py_func", self._f),
-                             what="one simulated thread"):
+            with line_budget(kernel, what="one simulated thread"):
                 self._f(*args)
 
-        for point in points:
-            thread = sim.BlockThread(body, self, grid_point, point, self._debug)
-            threads.append(thread)
-            barriers[thread] = 0
-            thread.start()
-            settle(thread)
-        while any(t.is_alive() for t in threads):
-            for thread in threads:
-                if thread.is_alive() and thread.syncthreads_blocked:
-                    thread.syncthreads_blocked = False
-                    thread.syncthreads_event.set()
-                    settle(thread)
-        counts = {tuple(t.threadIdx): barriers[t] for t in threads}
-        if len(set(counts.values())) > 1:
-            most = max(counts, key=counts.get)
-            least = min(counts, key=counts.get)
-            raise DivergentBarrier(
-                f"in block {tuple(grid_point)}, thread {most} reached {counts[most]} "
-                f"syncthreads but thread {least} only {counts[least]}: every thread of a block "
-                "must reach the same barriers. A syncthreads inside an if that not every "
-                "thread takes (if t < step: ... syncthreads()), or after a return that some "
-                "threads take, hangs or gives wrong results on a GPU, even where this "
-                "simulator lets it pass.")
+        try:
+            for point in points:
+                thread = sim.BlockThread(body, self, grid_point, point, self._debug)
+                thread.gpucourse_phase = 0
+                threads.append(thread)
+                sites[thread] = []
+                thread.start()
+                settle(thread)
+            while any(t.is_alive() for t in threads):
+                for thread in threads:
+                    if thread.is_alive() and thread.syncthreads_blocked:
+                        thread.syncthreads_blocked = False
+                        thread.syncthreads_event.set()
+                        settle(thread)
+            _judge_block(grid_point, {tuple(t.threadIdx): s for t, s in sites.items()})
+        finally:
+            log, _block_log[0] = _block_log[0], None
+        race = log.first_race() if log is not None else None
+        if race:
+            name, index, writer, other, kind = race
+            where = f"{name}[{', '.join(map(str, index))}]"
+            fix = ("Several threads updating one element lose updates on a GPU, where the "
+                   "threads of a warp all read before any of them writes: give each thread "
+                   "its own element and add them up in steps, or use cuda.atomic.add."
+                   if kind == "w" else
+                   "Put cuda.syncthreads() between every write to an element and the reads of "
+                   "it by other threads, including inside the loop: on a GPU the reader may "
+                   "run first.")
+            raise SharedRace(
+                f"in block {tuple(grid_point)}, thread {writer} writes {where} and thread "
+                f"{other} {'writes' if kind == 'w' else 'reads'} it between the same two "
+                f"barriers: a race. {fix}")
     return run
 
 
+def _judge_block(grid_point, sites: dict) -> None:
+    """DivergentBarrier unless every thread reached the same barriers, in the same order."""
+    first = next(iter(sites))
+    most = max(sites, key=lambda t: len(sites[t]))
+    least = min(sites, key=lambda t: len(sites[t]))
+    for thread, lines in sites.items():
+        if lines == sites[first]:
+            continue
+        if len(sites[most]) != len(sites[least]):
+            raise DivergentBarrier(
+                f"in block {tuple(grid_point)}, thread {most} reached {len(sites[most])} "
+                f"syncthreads but thread {least} only {len(sites[least])}: every thread of a "
+                "block must reach the same barriers. A syncthreads inside an if that not every "
+                "thread takes (if t < step: ... syncthreads()), or after a return that some "
+                "threads take, hangs or gives wrong results on a GPU, even where this "
+                "simulator lets it pass.")
+        step = next(i for i, (a, b) in enumerate(zip(lines, sites[first])) if a != b)
+        raise DivergentBarrier(
+            f"in block {tuple(grid_point)}, thread {first}'s barrier number {step + 1} is the "
+            f"syncthreads on line {sites[first][step]} of the kernel, thread {thread}'s the one "
+            f"on line {lines[step]}: every thread of a block must reach the same barriers. A "
+            "syncthreads in each branch of an if is two different barriers: put one after "
+            "the if, where every thread reaches it.")
+
+
 @contextlib.contextmanager
-def thread_order(order: str = "forward"):
+def thread_order(order: str = "forward", races: bool = False):
     """Inside, Numba's simulator runs each block's threads one at a time, in index order or
     reversed, each until it reaches ``cuda.syncthreads()`` or ends.
 
     A kernel that reads what another thread wrote without a ``syncthreads`` in between gets
     the value only in one of the two orders: run it in both, and a race shows every time
-    rather than now and then.
+    rather than now and then. Every thread of a block must reach the same barriers
+    (:class:`DivergentBarrier` otherwise). Shared arrays start as NaN (float) or -1
+    (integer), not as whatever memory held before, so an element no thread wrote is seen.
+    With ``races``, every element two threads touch between two barriers is followed too
+    (:class:`SharedRace`).
     """
     if order not in ("forward", "reverse"):
         raise ValueError(f"order must be 'forward' or 'reverse', not {order!r}.")
+    import numpy as np
     from numba.cuda.simulator import kernel as sim
+    from numba.cuda.simulator import kernelapi
+    from numba.cuda.simulator.cudadrv import devicearray
 
     original = sim.BlockManager.run
-    sim.BlockManager.run = _ordered_run(order)
+    shared_array = kernelapi.FakeCUDAShared.array
+    get, put = devicearray.FakeCUDAArray.__getitem__, devicearray.FakeCUDAArray.__setitem__
+
+    def array(self, shape, dtype, alignment=None):
+        known = len(getattr(self, "_allocations", {}))
+        made = shared_array(self, shape, dtype, alignment)
+        if len(getattr(self, "_allocations", {})) > known:     # new for this block: not yet
+            made[...] = np.nan if made.dtype.kind in "fc" else -1     # written by any thread
+        if races and isinstance(made, np.ndarray):
+            return _watch(made, "the shared array")
+        return made
+
+    def noted_get(self, index):
+        if _block_log[0] is not None:
+            _block_log[0].names.setdefault(id(self._ary), "an argument")
+            _block_log[0].note(self._ary, index, "r")
+        return get(self, index)
+
+    def noted_put(self, index, value):
+        if _block_log[0] is not None:
+            _block_log[0].names.setdefault(id(self._ary), "an argument")
+            _block_log[0].note(self._ary, index, "w")
+        return put(self, index, value)
+
+    atomics = {name: getattr(kernelapi.FakeCUDAAtomic, name)
+               for name in vars(kernelapi.FakeCUDAAtomic) if not name.startswith("_")}
+
+    def unfollowed(method):
+        def call(self, *args, **kwargs):     # an atomic is one indivisible step, no race
+            log, _block_log[0] = _block_log[0], None
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                _block_log[0] = log
+        return call
+
+    sim.BlockManager.run = _ordered_run(order, races)
+    kernelapi.FakeCUDAShared.array = array
+    for name, method in atomics.items():
+        setattr(kernelapi.FakeCUDAAtomic, name, unfollowed(method))
+    if races:
+        devicearray.FakeCUDAArray.__getitem__ = noted_get
+        devicearray.FakeCUDAArray.__setitem__ = noted_put
     try:
         yield
     finally:
         sim.BlockManager.run = original
+        kernelapi.FakeCUDAShared.array = shared_array
+        for name, method in atomics.items():
+            setattr(kernelapi.FakeCUDAAtomic, name, method)
+        devicearray.FakeCUDAArray.__getitem__, devicearray.FakeCUDAArray.__setitem__ = get, put

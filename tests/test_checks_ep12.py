@@ -178,7 +178,7 @@ def test_q1_not_done():
 
 
 @pytest.mark.parametrize("kernel, words", [
-    (axpy_no_mask, ["outside every tensor", "past the end", "has no mask"]),
+    (axpy_no_mask, ["outside every tensor", "past the end", "no mask"]),
     (axpy_store_mask_only, ["loads", "mask"]),
     (axpy_no_stride_x, ["wrong stride", "stride_x"]),
     (axpy_no_stride_y, ["wrong stride", "stride_y"]),
@@ -196,7 +196,7 @@ def test_q1_wrong(kernel, words):
 
 @pytest.mark.parametrize("kernel, words", [
     (axpy_mask_le, ["one lane too many", "<= where < belongs"]),
-    (axpy_while_forever, ["never ends", "200,000 lines"]),
+    (axpy_while_forever, ["never ends", "5,000 lines"]),
     # the interpreter hands the kernel a Python number, so float(a) works there; compiled,
     # a is a tensor: this kernel passed every interpreted launch and could not run on a GPU
     (axpy_float_a, ["compiler refuses", "float()", "sm_75"]),
@@ -302,7 +302,7 @@ def test_q2_not_done():
 
 
 @pytest.mark.parametrize("kernel, count, words", [
-    (fused_no_mask, saved, ["outside every tensor", "has no mask"]),
+    (fused_no_mask, saved, ["outside every tensor", "no mask"]),
     (fused_packed_x, saved, ["wrong stride", "stride_x"]),
     (fused_packed_r, saved, ["wrong stride", "stride_r"]),
     (fused_scale_first, saved, ["scaled before the ReLU"]),
@@ -312,7 +312,7 @@ def test_q2_not_done():
     (fused, saved_times(7), ["everything the eager chain moves"]),
     (fused, saved_times(3), ["what the fused kernel moves"]),
     (fused, saved_times(-4), ["the other way round"]),
-    (fused, saved_times(2), ["one intermediate tensor"]),
+    (fused, saved_times(2), ["two intermediate tensors", "one of them"]),
     (fused, lambda rows, cols, size: 16 * rows * cols, ["assumed 4 bytes", "itemsize"]),
     (fused, lambda rows, cols, size: "4 * N", ["should be a number"]),
     (fused, lambda rows, cols, size: 67_108_864, ["bytes_saved(300, 77, 2)"]),
@@ -403,9 +403,9 @@ def test_q3_not_done():
     (dict(RELU_OFF=True), ["ReLU is missing"]),
     (dict(BIAS_OFF=True), ["bias is missing"]),
     (dict(SWAP=True), ["never written", "program_id(0) for rows"]),
-    (dict(NO_MASK_K=True), ["outside every tensor", "has no mask"]),
+    (dict(NO_MASK_K=True), ["outside every tensor", "no mask"]),
     (dict(PACKED_W=True), ["strides"]),
-    (dict(BIAS_ROWS=True), ["outside every tensor", "b_ptr has no mask"]),
+    (dict(BIAS_ROWS=True), ["outside every tensor", "of b_ptr are on"]),
     (dict(BF16=True), ["bfloat16"]),
     (dict(ONE_SLAB=True), ["relu(x @ w + b)"]),
 ], ids=lambda v: ",".join(v) if isinstance(v, dict) else "")
@@ -667,8 +667,8 @@ def test_q4_a_barrier_not_every_thread_reaches_is_named(kernel, words):
 
 
 @pytest.mark.parametrize("kernel, words", [
-    (sums_step_never_halved, ["1,000 syncthreads", "never ends", "halved"]),
-    (sums_spin_without_barrier, ["200,000 lines", "never ends"]),
+    (sums_step_never_halved, ["never ends", "halved"]),
+    (sums_spin_without_barrier, ["5,000 lines", "never ends"]),
 ], ids=lambda v: getattr(v, "__name__", "")[:30])
 def test_q4_a_loop_that_never_ends_is_stopped_by_counting(kernel, words):
     """Once a hang: the ordered run released the barrier for ever. Stopped by a count of
@@ -693,3 +693,197 @@ def test_hints_come_in_two_steps_without_code(exercise, capsys):
     second = capsys.readouterr().out
     assert "?" in first and "hint(2)" in first
     assert "tl.load(" not in second and "def " not in second and "@" not in second
+
+
+# --- what an inside review's wrong answers found: each passed, hung or was misnamed before ------
+
+@cuda.jit
+def sums_barrier_in_each_branch(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+            cuda.syncthreads()
+        else:
+            cuda.syncthreads()          # as many barriers, but not the same ones
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_shared_plus_equals(x, out):
+    shared = cuda.shared.array(1, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    if t == 0:
+        shared[0] = 0.0
+    cuda.syncthreads()
+    shared[0] += x[i] if i < x.size else 0.0     # every thread: updates lost on a GPU
+    cuda.syncthreads()
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_out_plus_equals(x, out):
+    i = cuda.grid(1)
+    if cuda.threadIdx.x == 0:
+        out[cuda.blockIdx.x] = 0.0
+    cuda.syncthreads()
+    if i < x.size:
+        out[cuda.blockIdx.x] += x[i]
+
+
+@cuda.jit
+def sums_atomic(x, out):
+    acc = cuda.shared.array(1, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    if t == 0:
+        acc[0] = 0.0
+    cuda.syncthreads()
+    if i < x.size:
+        cuda.atomic.add(acc, 0, x[i])
+    cuda.syncthreads()
+    if t == 0:
+        out[cuda.blockIdx.x] = acc[0]
+
+
+@cuda.jit
+def sums_no_else_zero(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    if i < x.size:
+        shared[t] = x[i]
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_stop_at_two(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.float32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 1:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@cuda.jit
+def sums_int_shared(x, out):
+    shared = cuda.shared.array(TPB, dtype=np.int32)
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    shared[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    step = TPB // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = shared[0]
+
+
+@pytest.mark.parametrize("kernel, words", [
+    (sums_barrier_in_each_branch, ["barrier number 5", "on line", "branch of an if"]),
+    (sums_shared_plus_equals, ["writes the shared array[0]", "a race", "cuda.atomic.add"]),
+    (sums_out_plus_equals, ["writes an argument[0]", "a race"]),
+    (sums_no_else_zero, ["NaN", "no thread wrote", "else 0"]),
+    (sums_stop_at_two, ["even-numbered", "step > 1"]),
+    (sums_int_shared, ["whole numbers", "np.float32"]),
+], ids=lambda v: getattr(v, "__name__", "")[:30])
+def test_q4_review_answers_are_named(kernel, words):
+    """The first three passed (threads run one at a time serialise a read-modify-write, and
+    two barriers were counted as one); the rest got a bare "sums …, expected …"."""
+    assert_wrong(ep12.q4, (kernel,), words)
+
+
+def test_q4_an_atomic_sum_is_right():
+    assert outcome(ep12.q4, sums_atomic)[0] == "correct"
+
+
+@triton.jit
+def linear_fixed_16(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wk,
+                    stride_wn, stride_om, stride_on, BM: tl.constexpr, BN: tl.constexpr,
+                    BK: tl.constexpr):
+    rows = tl.program_id(0) * 16 + tl.arange(0, 16)
+    cols = tl.program_id(1) * 16 + tl.arange(0, 16)
+    acc = tl.zeros((16, 16), dtype=tl.float32)
+    for k in range(0, K, 16):
+        ks = k + tl.arange(0, 16)
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :] * stride_xk,
+                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + ks[:, None] * stride_wk + cols[None, :] * stride_wn,
+                    mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc += tl.dot(x, w)
+    v = tl.maximum(acc + tl.load(b_ptr + cols, mask=cols < N, other=0.0)[None, :], 0.0)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, v,
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def linear_out_packed(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wk,
+                      stride_wn, stride_om, stride_on, BM: tl.constexpr, BN: tl.constexpr,
+                      BK: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        ks = k + tl.arange(0, BK)
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :] * stride_xk,
+                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + ks[:, None] * stride_wk + cols[None, :] * stride_wn,
+                    mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc += tl.dot(x, w)
+    v = tl.maximum(acc + tl.load(b_ptr + cols, mask=cols < N, other=0.0)[None, :], 0.0)
+    tl.store(out_ptr + rows[:, None] * N + cols[None, :], v,        # as the episode's C
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@pytest.mark.parametrize("kernel, words", [
+    (linear_fixed_16, ["BM=32", "never written", "not fixed numbers"]),
+    (linear_out_packed, ["out a transposed view", "stride_om"]),
+], ids=lambda v: getattr(getattr(v, "fn", v), "__name__", "")[:30])
+def test_q3_review_answers_that_passed_are_wrong(kernel, words):
+    """Both passed: every case had blocks of 16 and a contiguous out."""
+    assert_wrong(ep12.q3, (kernel,), words)
+
+
+@triton.jit
+def axpy_numpy_call(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets * stride_x, mask=mask)
+    y = tl.load(y_ptr + offsets * stride_y, mask=mask)
+    tl.store(out_ptr + offsets, np.multiply(a, x) + y, mask=mask)
+
+
+def test_q1_a_numpy_call_in_a_kernel_is_refused_as_the_compiler_refuses_it():
+    """Passed, with "It also compiles": the compile step lacked the kernel's own `np`."""
+    assert_wrong(ep12.q1, (axpy_numpy_call,), ["compiler refuses", "Unsupported function"])
+
+
+@pytest.mark.parametrize("factor, words", [
+    (1e-6, ["megabytes"]), (8, ["bits"]),
+], ids=["megabytes", "bits"])
+def test_q2_bytes_in_other_units_are_named(factor, words):
+    def saved_in(rows, cols, itemsize):
+        return 4 * rows * cols * itemsize * factor
+    assert_wrong(ep12.q2, (fused, saved_in), words)

@@ -77,9 +77,10 @@ def _out_of_bounds(guard: "kernels.OutOfBounds") -> str:
         return (f"{access} reaches before the tensor's start: an offset below zero (a program "
                 "id or an index minus one?).")
     if guard.active == guard.total:
-        return (f"{access} has no mask: all {guard.total} of its lanes are on, so the lanes "
-                "past the end of the data touch memory too. Give this access the mask as well "
-                "(every load and every store needs it, not only the store).")
+        return (f"all {guard.total} lanes of {access} are on, so the lanes past the end of the "
+                "data touch memory too: it has no mask, or its mask lets every lane through. "
+                "Every load and every store needs a mask that tests its own positions against "
+                "the size (offsets < n; rows < M and columns < N).")
     if guard.lanes == guard.active:
         return (f"every lane {access} switched on lies outside the tensor: the block starts "
                 "past the end, so where it starts is wrong (a program id plus one? a row "
@@ -99,7 +100,7 @@ def _out_of_bounds(guard: "kernels.OutOfBounds") -> str:
 COMPILE_FOR = ((7, 5), (8, 0))
 
 
-def _compiled(kernel, args, constexprs, what: str) -> str:
+def _compiled(kernel, args, constexprs, what: str, needs_dot: bool = False) -> str:
     """Compile the learner's kernel as a T4 and an A100 would; Wrong if Triton refuses it.
 
     Returns a note for the ✓ message when the compiler could not run here at all."""
@@ -108,9 +109,18 @@ def _compiled(kernel, args, constexprs, what: str) -> str:
         results = kernels.compile_results(jobs)
     except Exception as exc:            # noqa: BLE001 - no triton compiler here, a crash
         return f" (Not compiled for a GPU here: {str(exc)[:120]}.)"
+    skipped = []
     for cc, result in zip(COMPILE_FOR, results):
         error = result.get("error", "")
-        if not error or "is not defined" in error:     # a notebook global the child lacks
+        if "is not defined" in error:                  # a name the child could not give it
+            skipped.append(f"sm_{cc[0]}{cc[1]}")
+            continue
+        if not error:
+            if needs_dot and cc >= (8, 0) and not kernels.instruction_mix(result["ptx"])["mma.sync"]:
+                raise Wrong(f"{what}: right numbers, but compiled for sm_{cc[0]}{cc[1]} the "
+                            "kernel has no tensor-core instruction: it multiplies without "
+                            "tl.dot. Load a BM × BK block of x and a BK × BN block of w and "
+                            "add tl.dot of the two to the accumulator.")
             continue
         cause = error.strip().splitlines()[-1]
         if "Loop-carried variable" in error and "fp16" in error:
@@ -120,6 +130,8 @@ def _compiled(kernel, args, constexprs, what: str) -> str:
                         "tl.zeros((BM, BN), dtype=tl.float32).")
         raise Wrong(f"{what}: the interpreter ran it, but Triton's compiler refuses it for "
                     f"sm_{cc[0]}{cc[1]}, so it would not run on a GPU: {cause[:300]}")
+    if skipped:
+        return f" (Not compiled for {' and '.join(skipped)}: it names something only your notebook has.)"
     return " It also compiles for sm_75 and sm_80."
 
 
@@ -175,9 +187,11 @@ def _check_axpy(kernel):
         for name, guess in (("stride_x", a * x_flat + y), ("stride_y", a * x + y_flat),
                             ("stride_x and stride_y", a * x_flat + y_flat)):
             if torch.allclose(out, guess, atol=1e-5, equal_nan=True):
+                tensors = " and ".join(f"element i of {v} is at {v}_ptr + i * stride_{v}"
+                                       for v in "xy" if f"stride_{v}" in name)
                 raise Wrong(f"{what}: wrong stride: your kernel reads neighbouring elements, "
                             f"not every {name}-th one. Multiply the offsets by {name} when you "
-                            "load: element i of x is at x_ptr + i * stride_x.")
+                            f"load: {tensors}.")
         if torch.allclose(out, x + a * y, atol=1e-5):
             raise Wrong(f"{what}: you computed x + a * y; the exercise asks for a * x + y.")
         worst = int((out - expected).abs().argmax())
@@ -272,12 +286,18 @@ def _check_bytes(bytes_saved):
                         f"({itemsize} bytes per element).")
         if got == 4 * rows * cols * 4 and itemsize != 4:
             raise Wrong(f"{what} returned {got:g}: you assumed 4 bytes per element; use itemsize.")
+        n_bytes = 4 * n * itemsize
+        for value, why in ((n_bytes / 1e6, "megabytes, not bytes: return the number of bytes"),
+                           (n_bytes * 8, "bits, not bytes: a byte is 8 bits"),
+                           (4 / 7, "a fraction of eager's traffic, not a number of bytes")):
+            if abs(got - value) <= 1e-6 * abs(value):
+                raise Wrong(f"{what} returned {got:g}: {why}.")
         named = {7: "everything the eager chain moves; subtract what the fused kernel moves (3)",
                  3: "what the fused kernel moves; the question is what it saves (eager minus fused)",
                  -4: "fused minus eager: the other way round",
-                 2: "only one intermediate tensor's write and read; eager has two (after the add "
-                    "and after the ReLU)",
-                 4.0 / 7: "a fraction, not a number of bytes",
+                 2: "half of what fusing saves: two intermediate tensors (after the add and after "
+                    "the ReLU) are each written once and read once; did you count one of them, or "
+                    "only their writes, or only their reads?",
                  5: "a count that misses one read: the add reads x and the residual, the ReLU and "
                     "the scaling read one tensor each"}
         for k, why in named.items():
@@ -300,25 +320,27 @@ q2 = Exercise("ep12.q2", _check_fused,
 
 # --- q3: a tiled matmul with a bias and ReLU, accumulated in float32 -----------------------
 
-_Q3_FIXTURES = [  # M, N, K, B transposed?
-    (40, 24, 200, False),
-    (33, 17, 50, True),        # ragged in every direction; B a transposed view
-    (16, 48, 16, False),
+_Q3_FIXTURES = [  # M, N, K, B transposed?, out a transposed view?, (BM, BN, BK)
+    (40, 24, 200, False, False, (16, 16, 16)),
+    (33, 17, 50, True, False, (16, 16, 16)),   # ragged in every direction; B a transposed view
+    (16, 48, 16, False, True, (16, 16, 16)),   # out a transposed view: its strides count
+    (45, 40, 70, False, False, (32, 16, 32)),  # other blocks: none may be written as 16
 ]
-BM = BN = BK = 16
 
 
 def _check_linear(kernel):
     require_function(kernel, "linear_relu_kernel")
-    for seed, (M, N, K, transposed) in enumerate(_Q3_FIXTURES):
+    for seed, (M, N, K, transposed, out_t, (BM, BN, BK)) in enumerate(_Q3_FIXTURES):
         gen = torch.Generator().manual_seed(20 + seed)
         x = _spaced(torch.randn(M, K, generator=gen).half()).view(M, K)
         w = torch.randn(N, K, generator=gen).half()
         w = _spaced(w).view(N, K).t() if transposed else _spaced(w.t().contiguous()).view(K, N)
         b = _spaced(torch.randn(N, generator=gen))
-        out = _spaced(torch.full((M, N), float("nan"))).view(M, N)
-        what = (f"linear_relu_kernel on M={M}, N={N}, K={K}" +
-                (" with w a transposed view" if transposed else ""))
+        out = (_spaced(torch.full((N, M), float("nan"))).view(N, M).t() if out_t else
+               _spaced(torch.full((M, N), float("nan"))).view(M, N))
+        what = (f"linear_relu_kernel on M={M}, N={N}, K={K}, BM={BM}, BN={BN}, BK={BK}" +
+                (" with w a transposed view" if transposed else "") +
+                (f" and out a transposed view (strides {out.stride()})" if out_t else ""))
         grid = (triton_cdiv(M, BM), triton_cdiv(N, BN))
         _launch(kernel, grid, (x, w, b, out, M, N, K, *x.stride(), *w.stride(), *out.stride()),
                 what, BM=BM, BN=BN, BK=BK)
@@ -329,15 +351,35 @@ def _check_linear(kernel):
         if error <= 1e-4 * scale:
             continue
         unwritten = _unwritten(out)
+        packed = out.as_strided((M, N), (N, 1))
+        if out_t and torch.allclose(packed, expected, atol=1e-2 * scale):
+            raise Wrong(f"{what}: you stored as if out were contiguous (row r at r * N): "
+                        "use its strides, out_ptr + rows * stride_om + cols * stride_on.")
         if unwritten:
             raise Wrong(f"{what}: {unwritten}. Program (i, j) computes the tile of rows "
                         "i·BM … and columns j·BN …: program_id(0) for rows, program_id(1) for "
-                        "columns, as the grid (cdiv(M, BM), cdiv(N, BN)) has them.")
+                        "columns, as the grid (cdiv(M, BM), cdiv(N, BN)) has them, with the "
+                        "block sizes the launch passes (BM, BN, BK), not fixed numbers.")
         if error <= 5e-2 * scale:
             raise Wrong(f"{what}: off by up to {error:.3g} (results are up to {scale:.3g}): a "
                         "16-bit accumulator. Summing hundreds of products in float16 loses "
                         "digits; start from tl.zeros((BM, BN), dtype=tl.float32) and keep the "
                         "sum in float32 until the store.")
+        last = (K - 1) // BK * BK                         # where the last slab along K starts
+        last_slab = x[:, last:].float() @ w[last:].float()
+        for guess, why in (
+                (torch.relu(exact.half().float() + b), "the sum rounded to float16 before "
+                 "the bias and the ReLU: keep it in float32 until the store"),
+                (torch.relu(exact) + b, "the ReLU before the bias: add b first, then take "
+                                        "the ReLU of the sum"),
+                (torch.minimum(exact + b, torch.zeros(())), "the smaller of the value and 0 "
+                 "(tl.minimum): the ReLU keeps the larger, tl.maximum(v, 0.0)"),
+                (torch.relu(last_slab + b), "only the last slab along K: acc = tl.dot(...) "
+                 "replaces the sum each time round; it must add, acc += tl.dot(...)"),
+                (torch.relu(exact - last_slab + b), "every slab but the last along K: the loop "
+                 "must run while k < K, range(0, K, BK), with the last slab masked")):
+            if torch.allclose(out, guess, atol=1e-2 * scale):
+                raise Wrong(f"{what}: you computed {why}.")
         if torch.allclose(out, exact + b, atol=1e-2 * scale):
             raise Wrong(f"{what}: the ReLU is missing: negative results must become 0.")
         if torch.allclose(out, torch.relu(exact), atol=1e-2 * scale):
@@ -346,7 +388,7 @@ def _check_linear(kernel):
                     f"up to {scale:.3g}). With w a transposed view, use both of w's strides; "
                     "with K not a multiple of BK, mask the last slab in K.")
     note = _compiled(kernel, (x, w, b, out, M, N, K, *x.stride(), *w.stride(), *out.stride()),
-                     {"BM": BM, "BN": BN, "BK": BK}, what)
+                     {"BM": BM, "BN": BN, "BK": BK}, what, needs_dot=True)
     return ("right on ragged shapes and a transposed w, with a float32 accumulator: tl.dot on "
             "tensor cores from sm_80, on FMAs on a T4 (section 5)." + note)
 
@@ -364,6 +406,7 @@ q3 = Exercise("ep12.q3", _check_linear,
 # --- q4: block sums in shared memory, in Numba ------------------------------------------------
 
 TPB = 16                                   # threads per block the check launches with
+UNWRITTEN = np.float32(3.0e38)             # what out holds where no thread wrote
 _Q4_FIXTURES = [50, 16, 37]   # n (Numba copies only contiguous arrays to a GPU, so no strides)
 
 
@@ -394,13 +437,13 @@ def _check_block_sums(kernel):
         what = f"block_sums[{blocks}, {TPB}] on {n} values"
         results = {}
         for order in ("forward", "reverse"):
-            out = np.full(blocks, np.nan, dtype=np.float32)
+            out = np.full(blocks, UNWRITTEN, dtype=np.float32)
             try:
-                with kernels.thread_order(order):
+                with kernels.thread_order(order, races=True):
                     runnable[blocks, TPB](x, out)
             except IndexError as exc:
                 raise Wrong(f"{what}: {_index_error(exc, n, blocks)}") from None
-            except kernels.DivergentBarrier as exc:
+            except (kernels.DivergentBarrier, kernels.SharedRace) as exc:
                 raise Wrong(f"{what}: {exc}") from None
             except (kernels.RunawayKernel, TimeoutError) as exc:
                 raise Wrong(f"{what}: {exc}") from None
@@ -421,10 +464,25 @@ def _check_block_sums(kernel):
                         "between every write to the shared array and the reads that need it, "
                         "including inside the loop.")
         got = results["forward"]
-        if np.isnan(got).any():
-            raise Wrong(f"{what}: out[{int(np.flatnonzero(np.isnan(got))[0])}] was never "
+        if (got == UNWRITTEN).any():
+            raise Wrong(f"{what}: out[{int(np.flatnonzero(got == UNWRITTEN)[0])}] was never "
                         "written: one thread of each block (thread 0) writes the block's sum to "
                         "out[cuda.blockIdx.x].")
+        if np.isnan(got).any():
+            raise Wrong(f"{what}: out[{int(np.flatnonzero(np.isnan(got))[0])}] is NaN: the sum "
+                        "read an element of the shared array that no thread wrote. Every "
+                        "thread writes its element, those past the end of x a 0 "
+                        "(x[i] if i < x.size else 0).")
+        tree = [x[b * TPB:(b + 1) * TPB] for b in range(blocks)]
+        even = np.array([np.pad(t, (0, TPB - t.size))[::2].sum() for t in tree])
+        if np.allclose(got, even, atol=1e-4):
+            raise Wrong(f"{what}: each sum holds only the even-numbered elements: the last "
+                        "halving step, step 1 (shared[0] += shared[1]), never ran. Does the "
+                        "loop stop at step > 1, or does thread 0 write out before the loop ends?")
+        truncated = np.array([np.trunc(t).sum() for t in tree])
+        if np.allclose(got, truncated, atol=1e-4):
+            raise Wrong(f"{what}: sums of the values cut to whole numbers: the shared array "
+                        "holds integers. Give it dtype=np.float32.")
         if blocks > 1 and np.allclose(got, expected[0], atol=1e-4):
             raise Wrong(f"{what}: every block summed the first {TPB} values: block b starts at "
                         "b * blockDim.x (cuda.grid(1) gives the global index).")
