@@ -162,6 +162,31 @@ def _q1_case(kernel, n, block, sx, sy, a, seed):
     return x, y, out, what
 
 
+def _q1_unwritten(out, n: int, block: int, stride_x: int) -> str:
+    """The likely cause of outputs no program wrote, from where the written part ends."""
+    first = int(torch.nonzero(torch.isnan(out)).reshape(-1)[0])
+    if not torch.isnan(out[first:]).all():
+        return ("Each program starts BLOCK positions after the one before: offsets = "
+                "tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), and the grid has cdiv(n, BLOCK) "
+                "programs.")
+    if first == n - 1:
+        return ("Only the last position is missing: the mask stops one short (offsets < n - 1?). "
+                "Positions run 0 … n − 1, so the mask is offsets < n.")
+    if first == block:
+        return ("Only the first block was written: every program wrote positions 0 … BLOCK − 1 "
+                "(tl.program_id(1), or a mask offsets < BLOCK?). Program p's offsets start at "
+                "p * BLOCK, and the mask is offsets < n.")
+    if stride_x > 1 and first == triton_cdiv(n, stride_x):
+        return (f"Positions from {first} on (n / stride_x) were switched off: the mask compares "
+                "offsets * stride_x with n. The mask counts positions, offsets < n; the stride "
+                "belongs in the address only.")
+    if first == triton_cdiv(n, block) - 1 + block:
+        return ("The programs overlap and stop early: offsets = tl.program_id(0) + "
+                "tl.arange(0, BLOCK) forgets to multiply the program id by BLOCK.")
+    return ("The positions past them were never switched on: offsets = tl.program_id(0) * BLOCK "
+            "+ tl.arange(0, BLOCK), masked by offsets < n, over cdiv(n, BLOCK) programs.")
+
+
 def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -179,9 +204,7 @@ def _check_axpy(kernel):
                         "one. Program 0 handles positions 0 .. BLOCK-1: offsets = pid * BLOCK + "
                         "tl.arange(0, BLOCK).")
         if unwritten:
-            raise Wrong(f"{what}: {unwritten}. Each program starts BLOCK positions after the "
-                        "one before: offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), "
-                        "and the grid has cdiv(n, BLOCK) programs.")
+            raise Wrong(f"{what}: {unwritten}. {_q1_unwritten(out, n, block, sx)}")
         x_flat = x.as_strided((n,), (1,))      # what a kernel that ignores the stride reads
         y_flat = y.as_strided((n,), (1,))
         for name, guess in (("stride_x", a * x_flat + y), ("stride_y", a * x + y_flat),
@@ -194,6 +217,16 @@ def _check_axpy(kernel):
                             f"load: {tensors}.")
         if torch.allclose(out, x + a * y, atol=1e-5):
             raise Wrong(f"{what}: you computed x + a * y; the exercise asks for a * x + y.")
+        if torch.allclose(out, a * (x + y), atol=1e-5):
+            raise Wrong(f"{what}: you computed a * (x + y); the exercise asks for a * x + y.")
+        if torch.allclose(out, (a * x + y).half().float(), atol=1e-5):
+            raise Wrong(f"{what}: right to float16's precision only: the result went through "
+                        "float16. Keep float32 from load to store.")
+        fitted = float(((out - y) * x).sum() / (x * x).sum())
+        if abs(fitted - a) > 1e-3 and abs(fitted) > 1e-3 and \
+                torch.allclose(out, fitted * x + y, atol=1e-4):
+            raise Wrong(f"{what}: you computed {fitted:g} * x + y, but a is {a} here: use the "
+                        "argument a, not a number.")
         worst = int((out - expected).abs().argmax())
         raise Wrong(f"{what}: out[{worst}] is {out[worst].item():.4g}, expected "
                     f"{expected[worst].item():.4g} (a * x + y with a = {a}).")
@@ -245,9 +278,23 @@ def _check_fused(kernel, bytes_saved):
         if torch.allclose(out, expected, atol=1e-5):
             continue
         unwritten = _unwritten(out)
+        packed = out.as_strided((rows, cols), (cols, 1))      # rows n_cols apart in out's memory
+        if torch.allclose(packed, expected, atol=1e-5):
+            raise Wrong(f"{what}: you stored row r at out_ptr + r * n_cols (or with x's stride), "
+                        f"but out's rows are stride_out = {out.stride(0)} elements apart: "
+                        "out_ptr + row * stride_out + cols.")
         if unwritten:
             raise Wrong(f"{what}: {unwritten}. One program per row: row = tl.program_id(0), "
                         "columns tl.arange(0, BLOCK) masked by cols < n_cols.")
+        if torch.allclose(out, torch.minimum(x + r, torch.zeros(())) * scale, atol=1e-5):
+            raise Wrong(f"{what}: you kept the smaller of the sum and 0: the ReLU keeps the "
+                        "larger, tl.maximum(v, 0.0).")
+        fitted = float((out * torch.relu(x + r)).sum() / (torch.relu(x + r) ** 2).sum())
+        if abs(fitted - scale) > 1e-3 and abs(fitted) > 1e-3 and \
+                torch.allclose(out, torch.relu(x + r) * fitted,
+                                                         atol=1e-4):
+            raise Wrong(f"{what}: you scaled by {fitted:g}, but scale is {scale} here: use the "
+                        "argument scale, not a number.")
         if torch.allclose(out, torch.relu((x + r) * scale), atol=1e-5):
             raise Wrong(f"{what}: you scaled before the ReLU; with scale = {scale} that differs. "
                         "The order is relu(x + residual), then * scale.")
@@ -293,7 +340,9 @@ def _check_bytes(bytes_saved):
             if abs(got - value) <= 1e-6 * abs(value):
                 raise Wrong(f"{what} returned {got:g}: {why}.")
         named = {7: "everything the eager chain moves; subtract what the fused kernel moves (3)",
-                 3: "what the fused kernel moves; the question is what it saves (eager minus fused)",
+                 3: "what the fused kernel moves, or eager's traffic with one read missing (the "
+                    "add reads x and the residual). The question is what fusing saves: eager "
+                    "(3 + 2 + 2) minus fused (2 + 1)",
                  -4: "fused minus eager: the other way round",
                  2: "half of what fusing saves: two intermediate tensors (after the add and after "
                     "the ReLU) are each written once and read once; did you count one of them, or "
