@@ -184,10 +184,10 @@ def test_q1_not_done():
     (axpy_no_stride_y, ["wrong stride", "stride_y"]),
     (axpy_no_strides, ["wrong stride", "stride_x"]),
     (axpy_pid_plus_one, ["off by one", "first block"]),
-    (axpy_no_block, ["never written", "program_id(0) * BLOCK"]),
+    (axpy_no_block, ["never written", "multiply the program id by BLOCK"]),
     (axpy_bf16, ["bfloat16", "16-bit integers"]),
     (axpy_swapped, ["x + a * y"]),
-    (axpy_a_is_two, ["a = -0.5", "expected"]),
+    (axpy_a_is_two, ["a is -0.5", "use the argument a"]),
     (lambda *args: None, ["@triton.jit"]),
 ], ids=lambda v: getattr(getattr(v, "fn", v), "__name__", "")[:30])
 def test_q1_wrong(kernel, words):
@@ -887,3 +887,59 @@ def test_q2_bytes_in_other_units_are_named(factor, words):
     def saved_in(rows, cols, itemsize):
         return 4 * rows * cols * itemsize * factor
     assert_wrong(ep12.q2, (fused, saved_in), words)
+
+
+def _axpy_variant(offsets_rule: str, mask_rule: str, value: str):
+    """An axpy kernel with the offsets, the mask and the stored value as given (Triton source)."""
+    import importlib.util
+    import pathlib
+    import tempfile
+
+    source = (
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def axpy_kernel(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, a, BLOCK: tl.constexpr):\n"
+        f"    offsets = {offsets_rule}\n    mask = {mask_rule}\n"
+        "    x = tl.load(x_ptr + offsets * stride_x, mask=mask)\n"
+        "    y = tl.load(y_ptr + offsets * stride_y, mask=mask)\n"
+        f"    tl.store(out_ptr + offsets, {value}, mask=mask)\n")
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="axpy-"))
+    path = folder / f"variant_{abs(hash(source))}.py"
+    path.write_text(source)              # Triton reads a kernel's source from its file
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.axpy_kernel
+
+
+RIGHT_OFFSETS = "tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
+
+
+@pytest.mark.parametrize("offsets, mask, value, words", [
+    (RIGHT_OFFSETS, "offsets < n - 1", "a * x + y", ["stops one short", "offsets < n"]),
+    (RIGHT_OFFSETS, "offsets < BLOCK", "a * x + y", ["Only the first block"]),
+    (RIGHT_OFFSETS, "offsets * stride_x < n", "a * x + y", ["offsets * stride_x with n"]),
+    ("tl.program_id(0) + tl.arange(0, BLOCK)", "offsets < n", "a * x + y",
+     ["forgets to multiply the program id by BLOCK"]),
+    (RIGHT_OFFSETS, "offsets < n", "a * (x + y)", ["a * (x + y)"]),
+    (RIGHT_OFFSETS, "offsets < n", "2.0 * x + y", ["use the argument a"]),
+    (RIGHT_OFFSETS, "offsets < n", "(a * x + y).to(tl.float16)", ["float16"]),
+], ids=["n-1", "block", "memory-units", "no-times-block", "a-times-sum", "fixed-a", "fp16"])
+def test_q1_where_the_outputs_stop_names_the_mask_or_the_offsets(offsets, mask, value, words):
+    """Each got one sentence about where programs start, or a bare 'expected', before."""
+    assert_wrong(ep12.q1, (_axpy_variant(offsets, mask, value),), words)
+
+
+@triton.jit
+def fused_out_packed(x_ptr, r_ptr, out_ptr, n_cols, stride_x, stride_r, stride_out, scale,
+                     BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.load(x_ptr + row * stride_x + cols, mask=mask) + \
+        tl.load(r_ptr + row * stride_r + cols, mask=mask)
+    tl.store(out_ptr + row * n_cols + cols, tl.maximum(v, 0.0) * scale, mask=mask)
+
+
+def test_q2_out_stored_with_the_wrong_row_stride_is_named():
+    """Was told 'One program per row', which it already was."""
+    assert_wrong(ep12.q2, (fused_out_packed, saved), ["stride_out", "out_ptr + row * stride_out"])

@@ -227,6 +227,7 @@ def _check_axpy(kernel):
                 torch.allclose(out, fitted * x + y, atol=1e-4):
             raise Wrong(f"{what}: you computed {fitted:g} * x + y, but a is {a} here: use the "
                         "argument a, not a number.")
+        _compiled(kernel, (x, y, out, n, sx, sy, a), {"BLOCK": block}, what)  # a cause there?
         worst = int((out - expected).abs().argmax())
         raise Wrong(f"{what}: out[{worst}] is {out[worst].item():.4g}, expected "
                     f"{expected[worst].item():.4g} (a * x + y with a = {a}).")
@@ -286,9 +287,6 @@ def _check_fused(kernel, bytes_saved):
         if unwritten:
             raise Wrong(f"{what}: {unwritten}. One program per row: row = tl.program_id(0), "
                         "columns tl.arange(0, BLOCK) masked by cols < n_cols.")
-        if torch.allclose(out, torch.minimum(x + r, torch.zeros(())) * scale, atol=1e-5):
-            raise Wrong(f"{what}: you kept the smaller of the sum and 0: the ReLU keeps the "
-                        "larger, tl.maximum(v, 0.0).")
         fitted = float((out * torch.relu(x + r)).sum() / (torch.relu(x + r) ** 2).sum())
         if abs(fitted - scale) > 1e-3 and abs(fitted) > 1e-3 and \
                 torch.allclose(out, torch.relu(x + r) * fitted,
@@ -300,6 +298,10 @@ def _check_fused(kernel, bytes_saved):
                         "The order is relu(x + residual), then * scale.")
         if torch.allclose(out, (torch.relu(x) + r) * scale, atol=1e-5):
             raise Wrong(f"{what}: you applied the ReLU to x alone; add the residual first.")
+        # with a negative scale this equals scaling first, named above
+        if torch.allclose(out, torch.minimum(x + r, torch.zeros(())) * scale, atol=1e-5):
+            raise Wrong(f"{what}: you kept the smaller of the sum and 0: the ReLU keeps the "
+                        "larger, tl.maximum(v, 0.0).")
         flat = lambda t: t.as_strided(t.shape, (t.shape[1], 1))   # noqa: E731 - rows n_cols apart
         for name, guess in (("stride_x", torch.relu(flat(x) + r) * scale),
                             ("stride_r", torch.relu(x + flat(r)) * scale)):
@@ -307,6 +309,8 @@ def _check_fused(kernel, bytes_saved):
                 raise Wrong(f"{what}: wrong stride: your rows start n_cols apart, but this "
                             f"tensor's rows are {name} = {x.stride(0) if name == 'stride_x' else r.stride(0)} "
                             f"elements apart. Row r starts at ptr + r * {name}.")
+        _compiled(kernel, (x, r, out, cols, x.stride(0), r.stride(0), out.stride(0), scale),
+                  {"BLOCK": block}, what)                # a construct the compiler refuses?
         worst = divmod(int((out - expected).abs().argmax()), cols)
         raise Wrong(f"{what}: out{list(worst)} is {out[worst].item():.4g}, expected "
                     f"{expected[worst].item():.4g} = relu(x + residual) * scale.")
