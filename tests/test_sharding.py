@@ -196,3 +196,15 @@ def test_the_memory_plan_counts_the_root_whole_and_a_prefetched_layer():
     layer = (row["parameters"] - (2 * v * h + h)) // c["num_hidden_layers"]
     assert row["layer_bytes"] == 6 * layer
     assert memory_plan.activation_bytes(c, 4096) == 80 * 4096 * 8192 * 2 + 2 * 4096 * v * 4
+
+
+def test_fsdp_param_groups_reads_torch_2_13_and_the_torch_2_11_colab_has():
+    """torch 2.13 keeps a list (`_fsdp_param_groups`); 2.10 and 2.11 (Kaggle, Colab) one group
+    or None (`_fsdp_param_group`): episode 13's peak failed on Colab with the list alone."""
+    from types import SimpleNamespace
+
+    from gpucourse.distributed.sharded import fsdp_param_groups
+
+    assert fsdp_param_groups(SimpleNamespace(_fsdp_param_groups=["a", "b"])) == ["a", "b"]
+    assert fsdp_param_groups(SimpleNamespace(_fsdp_param_group="a")) == ["a"]
+    assert fsdp_param_groups(SimpleNamespace(_fsdp_param_group=None)) == []

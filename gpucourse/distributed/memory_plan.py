@@ -113,10 +113,12 @@ def smallest_world(c: dict, memory: float, worlds=None) -> int | None:
 def _gathered_sizes(model) -> set:
     """The bytes of a value each FSDP unit of ``model`` would all-gather: its policy's ``param_dtype``,
     or the parameter's own dtype where the policy sets none."""
+    from .sharded import fsdp_param_groups
+
     sizes = set()
     for module in model.modules():
         if hasattr(module, "_get_fsdp_state"):
-            for group in module._get_fsdp_state()._fsdp_param_groups:
+            for group in fsdp_param_groups(module._get_fsdp_state()):
                 sizes |= {(group.mp_policy.param_dtype or fp.sharded_param.dtype).itemsize
                           for fp in group.fsdp_params}
     return sizes

@@ -164,9 +164,19 @@ def fsdp_shards(model) -> list:
     shards = []
     for module in model.modules():
         if hasattr(module, "_get_fsdp_state"):         # fully_shard'ed: its own parameters' group
-            for group in module._get_fsdp_state()._fsdp_param_groups:
+            for group in fsdp_param_groups(module._get_fsdp_state()):
                 shards += [fp.sharded_param.to_local() for fp in group.fsdp_params]
     return shards
+
+
+def fsdp_param_groups(state) -> list:
+    """An FSDP state's parameter groups: a list from torch 2.13 (``_fsdp_param_groups``), one
+    group or None before (``_fsdp_param_group``, torch 2.10 and 2.11: Kaggle and Colab)."""
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is not None:
+        return list(groups)
+    group = getattr(state, "_fsdp_param_group", None)
+    return [group] if group is not None else []
 
 
 def held_param_bytes(model) -> int:
