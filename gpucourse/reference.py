@@ -35,6 +35,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .numbers import readable
+
 REFERENCE_DIR = Path(__file__).with_name("references")
 SCHEMA_VERSION = 1
 QUICK_MODE = "quick"   # a record's "mode" when tools/gpu_check.py ran a smoke pass at test size
@@ -82,7 +84,7 @@ class Band:
     reasons: tuple = ()  # likely reasons for a value outside the band, when they are the band's own
 
     def describe(self, unit: str) -> str:
-        return f"{self.low:.3g}–{self.high:.3g} {unit} for {self.model} ({self.kind}: {self.source})"
+        return f"{readable(self.low)}–{readable(self.high)} {unit} for {self.model} ({self.kind}: {self.source})"
 
 
 def band(name: str, device_name: str | None) -> Band | None:
@@ -229,8 +231,8 @@ def validate(record: dict) -> dict:
 # --------------------------------------------------------------------------- the call episodes make
 
 def _format(value, unit: str) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g} {unit}".strip()
+    if isinstance(value, (int, float)):
+        return readable(value, unit)
     if isinstance(value, dict):
         return f"a curve ({', '.join(value)})"
     if isinstance(value, list):
