@@ -897,10 +897,20 @@ def thread_order(order: str = "forward", races: bool = False):
     get, put = devicearray.FakeCUDAArray.__getitem__, devicearray.FakeCUDAArray.__setitem__
 
     def array(self, shape, dtype, alignment=None):
-        known = len(getattr(self, "_allocations", {}))
-        made = shared_array(self, shape, dtype, alignment)
-        if len(getattr(self, "_allocations", {})) > known:     # new for this block: not yet
-            made[...] = np.nan if made.dtype.kind in "fc" else -1     # written by any thread
+        # Numba's simulator tells shared arrays apart by the file and line that ask for one
+        # (the frame above its own `array`): asked from here, every shared array of a kernel
+        # would be one and the same. So the kernel's own line is the key, as in Numba.
+        if shape == 0 or alignment is not None or not hasattr(self, "_allocations"):
+            made = shared_array(self, shape, dtype, alignment)   # dynamic: one buffer anyway
+        else:
+            caller = sys._getframe(1)
+            key = (caller.f_code.co_filename, caller.f_lineno)
+            made = self._allocations.get(key)
+            if made is None:                  # new for this block: not yet written by any thread
+                kind = (kernelapi.numpy_support.as_dtype(dtype)       # a Numba type, or
+                        if isinstance(dtype, kernelapi.types.Type) else dtype)   # NumPy's
+                made = np.full(shape, np.nan if np.dtype(kind).kind in "fc" else -1, kind)
+                self._allocations[key] = made
         if races and isinstance(made, np.ndarray):
             return _watch(made, "the shared array")
         return made

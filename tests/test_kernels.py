@@ -35,6 +35,11 @@ from gpucourse import fakecuda, kernels, tracebacks  # noqa: E402
 EPISODE = ROOT / "episodes" / "12-gpu-kernels.ipynb"
 
 
+def _code_cells() -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(EPISODE.read_text())["cells"]
+            if c["cell_type"] == "code"]
+
+
 def _episode_kernels(tmp_path_factory):
     """The ``@triton.jit`` functions of the episode's code cells, imported from a file."""
     sources = []
@@ -393,6 +398,49 @@ def _shift(order, sync):
 def test_thread_order_shows_a_race_and_passes_a_barrier():
     assert _shift("forward", True) and _shift("reverse", True)
     assert not (_shift("forward", False) and _shift("reverse", False))
+
+
+@cuda.jit
+def _two_tiles(a, b, out):
+    sa = cuda.shared.array(TPB, dtype=np.float32)     # two shared arrays on two lines:
+    sb = cuda.shared.array(TPB, dtype=np.float32)     # two allocations, as on a GPU
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    sa[t], sb[t] = a[i], b[i]
+    cuda.syncthreads()
+    out[i] = sa[TPB - 1 - t] - sb[TPB - 1 - t]
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("races", [False, True])
+def test_thread_order_keeps_each_shared_array_apart(order, races):
+    """Numba's simulator tells shared arrays apart by the line that asks for them; a wrapper
+    that asked on their behalf once made every shared array of a kernel one and the same."""
+    a, b = np.arange(16, dtype=np.float32), np.full(16, 100, dtype=np.float32)
+    out = np.zeros_like(a)
+    with kernels.thread_order(order, races=races):
+        _two_tiles[2, TPB](a, b, out)
+    expected = a.reshape(2, TPB)[:, ::-1].ravel() - 100
+    assert np.array_equal(out, expected), out
+
+
+def test_the_episodes_tiled_matmul_is_right_with_barriers_in_either_order():
+    """Episode 12's race demonstration: with syncthreads the tiled matmul is right in both
+    orders (two shared tiles), and without the first barrier it is wrong in at least one."""
+    sources = [s for s in _code_cells() if "def matmul_tiled(" in s or "def at(" in s
+               or "def run_tiled(" in s or "a_np = rng." in s]
+    namespace = {"np": np, "cuda": cuda, "warnings": __import__("warnings"),
+                 "triton": triton, "SIZES": {"tile": 8, "sim": 20}}
+    for source in sources:
+        exec(source, namespace)
+    run = namespace["run_tiled"]
+    for order in ("forward", "reverse"):
+        with kernels.thread_order(order):
+            assert run(True) < 1e-4, order
+    with kernels.thread_order("forward"):
+        wrong = run(False)
+    with kernels.thread_order("reverse"):
+        wrong = max(wrong, run(False))
+    assert not wrong < 1e-4
 
 
 def test_thread_order_names_the_thread_out_of_bounds_and_restores_the_simulator():
