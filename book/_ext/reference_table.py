@@ -3,6 +3,9 @@
 Records are written by ``make gpu-check`` into ``gpucourse/references/``; this
 directive lists each one (device, date, size, notebooks and their outcomes,
 key figures). With no record it says so, rather than showing an empty table.
+Each figure shows the commit its run was made at and its age: how many commits
+changed its notebook since ("current" when none did). A record made under
+``--envelope t4`` is labelled "T4 envelope on <GPU>", never as a T4.
 """
 
 from __future__ import annotations
@@ -42,13 +45,31 @@ def _table(headers, rows, widths, classes=()):
 
 
 def _shown(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}"
+    from gpucourse.numbers import readable
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return readable(value)
     return "…" if isinstance(value, (list, dict)) else str(value)
 
 
 def _device(record) -> str:
-    return record["hardware"].get("gpu_name") or f"CPU only: {record['hardware']['cpu_model']}"
+    from gpucourse import reference
+
+    return (reference.envelope_label(record) or record["hardware"].get("gpu_name")
+            or f"CPU only: {record['hardware']['cpu_model']}")
+
+
+def _age(figure) -> str:
+    """Where the figure comes from and how old it is: "episodes/10 at cde7a0a, 6 commits since"."""
+    from gpucourse import reference
+
+    notebook = figure.get("notebook", "")
+    short = notebook.rsplit(".", 1)[0].split("-", 1)[0] if notebook else "?"
+    if not figure.get("commit"):
+        return f"{short}: no run log"
+    age = reference.figure_age(figure)
+    changed = "changed " + age if age not in ("current", "unknown") else age
+    return f"{short} at {figure['commit'][:7]}: {changed}"
 
 
 class ReferenceRecords(SphinxDirective):
@@ -73,15 +94,18 @@ class ReferenceRecords(SphinxDirective):
             size = r.get("mode", "")
             if size == reference.QUICK_MODE:
                 size += " (a smoke run: never a reference)"
+            if r.get("envelope"):
+                size += " (a T4's limits on this GPU: never shown as a T4)"
             summary.append((_device(r), r["date"], size, done, f"{r.get('total_seconds', 0):.0f} s",
                             software or "—"))
         out = [_table(("device", "measured", "size", "notebooks", "time", "software"), summary, (3, 2, 2, 2, 1, 3))]
         for r in records:   # one table of key figures per record: a figure per row reads on any screen
             out.append(nodes.rubric(text=f"Key figures: {_device(r)}, {r['date']}"))
-            figures = [(name, f"{_shown(fig['value'])} {fig.get('unit', '')}".strip())
+            figures = [(name, f"{_shown(fig['value'])} {fig.get('unit', '')}".strip(), _age(fig))
                        for name, fig in sorted(r["figures"].items())]
             if figures:
-                out.append(_table(("figure", "value"), figures, (1, 1), classes=["reference-figures"]))
+                out.append(_table(("figure", "value", "measured by, and its notebook since"), figures,
+                                  (2, 2, 2), classes=["reference-figures"]))
             else:
                 out.append(nodes.paragraph(text="No key figure was recorded."))
         return out
