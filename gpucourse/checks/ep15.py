@@ -1,0 +1,651 @@
+"""Checks for episode 15, "Serving a model to many users".
+
+``q1`` decode steps under continuous (iteration-level) batching.
+``q2`` a paged KV cache with prefix sharing: reference counts, cached pages reused least recently
+freed first, eviction that never takes a page a table holds.
+``q3`` prompt tokens served from the prefix cache for a stream of requests.
+``q4`` p99 TTFT, p99 TPOT and goodput from a trace, with ``vllm bench serve``'s definitions.
+``q5`` how many users a cache holds, and the arrival rate that keeps them all busy (Little's law).
+
+Every numeric answer is recomputed on cases of the check's own whose answers differ, and a wrong
+one is named by recomputing what each known mistake gives (``checks.diagnosis`` through episode
+10's ``_judge``). q2 drives the learner's class through a script of admissions and frees and
+checks the cache's invariants after every step, so that the message names the step and the
+invariant that broke.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+
+from ..exercises import (Exercise, NotDone, Wrong, answer_deadline, as_number, call_answer, describe,
+                         mentions_blank, require_function, solution_link)
+from .ep10 import _judge
+
+NOTEBOOK = "15-serving.ipynb"
+
+
+# --- q1: decode steps under continuous batching ---------------------------------------------------
+
+def _continuous(lengths, batch, *, order=None, gap=0, extra=0):
+    """Steps until every request is done: each of ``batch`` slots takes the next waiting request
+    the step after its last one ends (``gap`` idle steps between them; ``extra`` steps each)."""
+    lengths = list(lengths) if order is None else sorted(lengths, reverse=(order == "longest"))
+    if not lengths:
+        return 0
+    slots = [0] * min(batch, len(lengths))
+    started = 0
+    for length in lengths:
+        free_at = heapq.heappop(slots)
+        begin = free_at + (gap if started >= batch else 0)
+        heapq.heappush(slots, begin + length + extra)
+        started += 1
+    return max(slots)
+
+
+def _static(lengths, batch):
+    return sum(max(lengths[i:i + batch]) for i in range(0, len(lengths), batch))
+
+
+Q1_CASES = [([12, 3, 7, 30, 5, 9, 4, 20], 4), ([5, 1, 1, 1, 6, 2], 2), ([8, 8, 8], 5),
+            ([2, 9, 4, 4, 3, 7, 1], 3), ([10], 1), ([1, 2, 3, 4, 5, 6, 7, 8, 9], 3),
+            ([6, 6, 6, 6], 2)]
+
+
+def _q1_mistakes(case) -> dict:
+    lengths, batch = case
+    total = sum(lengths)
+    return {
+        "that is static batching: each group of `batch` requests runs until its longest ends. In continuous "
+        "batching a slot takes the next waiting request as soon as its own request ends.": _static(lengths, batch),
+        "you sorted the requests longest first; they are served in the order they arrive.":
+            _continuous(lengths, batch, order="longest"),
+        "you sorted the requests shortest first; they are served in the order they arrive.":
+            _continuous(lengths, batch, order="shortest"),
+        "that is the ideal total / batch, as if tokens could move between slots; a request's tokens all come "
+        "from one slot, one per step, so the count is found by following the slots.": total / batch,
+        "that is ⌈total / batch⌉, a lower bound; follow the slots: a request's tokens all come from one slot, "
+        "one per step.": math.ceil(total / batch),
+        "that is the longest request alone; the slots are shared, so later requests wait for a free slot.":
+            max(lengths),
+        "that is one request at a time (the sum of the lengths); `batch` requests run at once.": total,
+        "a waiting request joins the step after a slot frees, not one step later: there is no idle step "
+        "between two requests in a slot.": _continuous(lengths, batch, gap=1),
+        "you counted one extra step per request (a prefill); here each request needs exactly its length in "
+        "steps.": _continuous(lengths, batch, extra=1),
+        "your count is one step short: the last request ends at the end of its last step.":
+            _continuous(lengths, batch) - 1,
+    }
+
+
+def _check_continuous(continuous_steps):
+    require_function(continuous_steps, "continuous_steps")
+    results = []
+    for lengths, batch in Q1_CASES:
+        what = f"continuous_steps({lengths}, {batch})"
+        got = as_number(what, call_answer(continuous_steps, list(lengths), batch, what=what))
+        results.append(((lengths, batch), got, _continuous(lengths, batch)))
+    _judge(results, _q1_mistakes, lambda c: f"continuous_steps({c[0]}, {c[1]})", "steps", whole=True)
+    lengths, batch = Q1_CASES[0]
+    return (f"right on {len(results)} cases. For the episode's eight requests, 4 at a time: "
+            f"{_continuous(lengths, batch)} steps against static batching's {_static(lengths, batch)}, "
+            f"with {sum(lengths)} tokens to make.")
+
+
+q1 = Exercise("ep15.q1", _check_continuous,
+              hint=("When a request ends at the end of step t, when does the next waiting one start, and in "
+                    "which slot?",
+                    "Keep, for each of the `batch` slots, the step at which it becomes free (all 0 at the "
+                    "start). Take the requests in order; give each the slot that frees first, and move that "
+                    "slot's free step on by the request's length. The answer is the latest free step."),
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q2: a paged KV cache with prefix sharing ------------------------------------------------------
+
+def page_hash(parent, tokens):
+    """The hash of a full page: its tokens and the hash of the page before it (None for the first)."""
+    return hash((parent, tuple(tokens)))
+
+
+class _Reference:
+    """The right cache, to compare with after every step."""
+
+    def __init__(self, num_pages, page_size):
+        from collections import deque
+        self.page_size = page_size
+        self.unused = deque(range(num_pages))
+        self.cached = OrderedDict()
+        self.by_hash = {}
+        self.refs = [0] * num_pages
+        self.tables = {}
+
+    def admit(self, seq, prompt):
+        size = self.page_size
+        full = len(prompt) // size
+        hashes, parent = [], None
+        for i in range(full):
+            parent = page_hash(parent, prompt[i * size:(i + 1) * size])
+            hashes.append(parent)
+        found = []
+        for h in hashes:
+            if h not in self.by_hash:
+                break
+            found.append(self.by_hash[h])
+        need = -(-len(prompt) // size) - len(found)
+        available = len(self.unused) + sum(1 for p in self.cached if p not in found)
+        if need > available:
+            raise MemoryError(f"{seq} needs {need} pages, {available} can be had")
+        table = []
+        for page in found:
+            self.cached.pop(page, None)
+            self.refs[page] += 1
+            table.append(page)
+        for i in range(len(found), len(found) + need):
+            if self.unused:
+                page = self.unused.popleft()
+            else:
+                page, old = self.cached.popitem(last=False)
+                del self.by_hash[old]
+            self.refs[page] += 1
+            table.append(page)
+            if i < full:
+                self.by_hash[hashes[i]] = page
+        self.tables[seq] = table
+        return len(found) * size
+
+    def free(self, seq):
+        table = self.tables.pop(seq)
+        page_of = {p: h for h, p in self.by_hash.items()}
+        for page in reversed(table):
+            self.refs[page] -= 1
+            if self.refs[page] == 0:
+                if page in page_of:
+                    self.cached[page] = page_of[page]
+                else:
+                    self.unused.append(page)
+
+
+def _prompts():
+    """Prompts over 4-token pages: a system prompt of 10 tokens shared by three users, another one."""
+    system = list(range(100, 110))
+    return {"a": system + [1, 2, 3], "b": system + [4, 5, 6, 7, 8], "c": system + [9],
+            "d": list(range(200, 224)), "e": system[:8] + [7, 7, 7, 7, 7]}
+
+
+# The script: (operation, sequence, what it tests). 10 pages of 4 tokens.
+Q2_SCRIPT = [("admit", "a", "a first prompt: nothing cached yet"),
+             ("admit", "b", "a second prompt sharing the first two pages of the system prompt"),
+             ("free", "a", "freeing a: its full pages stay cached, a page b holds stays in use"),
+             ("admit", "c", "a third prompt sharing the system prompt while a's pages are cached"),
+             ("free", "b", "freeing b"),
+             ("free", "c", "freeing c"),
+             ("admit", "d", "an unrelated prompt that takes the last unused pages"),
+             ("admit", "e", "a prompt sharing two cached pages, whose other pages must be evicted from cached"),
+             ("admit", "f", "a prompt larger than every page that is not in use"),
+             ("free", "d", "freeing d"),
+             ("free", "d", "freeing d twice")]
+
+
+def _state(cache, num_pages) -> tuple[dict, list, list, list, dict]:
+    """The attributes the prompt names, read without trusting their types."""
+    missing = [name for name in ("tables", "refs", "unused", "cached", "by_hash") if not hasattr(cache, name)]
+    if missing:
+        raise Wrong(f"your cache has no attribute {', '.join(missing)}: keep the names of the stub "
+                    "(tables, refs, unused, cached, by_hash); the check reads them.")
+    try:
+        tables = {seq: list(pages) for seq, pages in dict(cache.tables).items()}
+        refs, unused = list(cache.refs), list(cache.unused)
+        cached, by_hash = list(cache.cached), dict(cache.by_hash)
+    except (TypeError, ValueError) as exc:
+        raise Wrong(f"reading your cache's attributes raised {type(exc).__name__}: {exc}; tables is a dict "
+                    "of lists, refs a list, unused a deque or list, cached an OrderedDict, by_hash a dict.") \
+            from None
+    if len(refs) != num_pages:
+        raise Wrong(f"refs has {len(refs)} entries for {num_pages} pages: one count per page.")
+    return tables, refs, unused, cached, by_hash
+
+
+def _invariants(cache, num_pages, step) -> None:
+    tables, refs, unused, cached, by_hash = _state(cache, num_pages)
+    held = [p for pages in tables.values() for p in pages]
+    for name, pages in (("unused", unused), ("cached", cached)):
+        if len(set(pages)) != len(pages):
+            double = next(p for p in pages if pages.count(p) > 1)
+            raise Wrong(f"after {step}, page {double} is in {name} twice: a page was given back twice "
+                        "(a double free); give a page back only when its count falls to 0.")
+    for page in range(num_pages):
+        holders = held.count(page)
+        if refs[page] != holders:
+            raise Wrong(f"after {step}, refs[{page}] is {refs[page]} but {holders} table(s) hold page {page}: "
+                        "every table that takes a page (new or shared) adds 1, every free takes 1 away.")
+    for name, pages in (("unused", unused), ("cached", cached)):
+        taken = [p for p in pages if p in held]
+        if taken:
+            raise Wrong(f"after {step}, page {taken[0]} is in {name} while a table holds it: a page a "
+                        "sequence uses is neither free nor cached until its count falls to 0.")
+    both = set(unused) & set(cached)
+    if both:
+        raise Wrong(f"after {step}, page {min(both)} is in both unused and cached.")
+    accounted = len(set(held)) + len(unused) + len(cached)
+    if accounted != num_pages:
+        lost = sorted(set(range(num_pages)) - set(held) - set(unused) - set(cached))
+        raise Wrong(f"after {step}, used + unused + cached = {accounted} pages of {num_pages}"
+                    + (f": page {lost[0]} is in none of them (a page was lost, not given back)." if lost
+                       else "."))
+    stale = [p for p in by_hash.values() if p in unused]
+    if stale:
+        raise Wrong(f"after {step}, page {stale[0]} is unused but by_hash still points to it: when a cached "
+                    "page is evicted (or a page without a full prompt page is freed), forget its hash.")
+
+
+def _compare(cache, ref, num_pages, step) -> None:
+    tables, refs, unused, cached, by_hash = _state(cache, num_pages)
+    for seq, expected in ref.tables.items():
+        got = tables.get(seq)
+        if got is None:
+            raise Wrong(f"after {step}, your cache has no table for {seq!r}.")
+        if len(got) != len(expected):
+            raise Wrong(f"after {step}, {seq!r} holds {len(got)} pages; its prompt needs {len(expected)} "
+                        f"pages of {ref.page_size} tokens (a partial last page counts as a page).")
+        if got != expected:
+            shared = [p for p in expected if any(p in t for s, t in ref.tables.items() if s != seq)
+                      or p in ref.cached]
+            if shared and not any(p in got for p in shared):
+                raise Wrong(f"after {step}, {seq!r} got new pages {got} where pages {expected} could be "
+                            "shared: look each full page's hash up in by_hash, in order, and take the page "
+                            "it names while they match.")
+            raise Wrong(f"after {step}, {seq!r} holds pages {got}; expected {expected}: new pages come "
+                        "from unused first (from its front), then from cached, least recently freed first.")
+    extra = set(tables) - set(ref.tables)
+    if extra:
+        raise Wrong(f"after {step}, your cache still has a table for {sorted(extra)[0]!r}: free removes it.")
+    if cached != list(ref.cached):
+        if sorted(cached) == sorted(ref.cached):
+            raise Wrong(f"after {step}, cached holds the right pages in the wrong order ({cached}; expected "
+                        f"{list(ref.cached)}): free puts a sequence's pages at the end, from its last page "
+                        "to its first, so that a prefix's tail is evicted before its head.")
+        raise Wrong(f"after {step}, cached is {cached}; expected {list(ref.cached)}: a page whose count falls "
+                    "to 0 goes to cached if it is a full prompt page (it has a hash), else to unused.")
+    if sorted(unused) != sorted(ref.unused):
+        raise Wrong(f"after {step}, unused is {sorted(unused)}; expected {sorted(ref.unused)}.")
+
+
+def _make(cls, num_pages, page_size):
+    what = f"{getattr(cls, '__name__', 'your class')}({num_pages}, {page_size})"
+    return call_answer(cls, num_pages, page_size, what=what)
+
+
+def _run_step(cache, ref, op, seq, prompts, step):
+    if op == "admit":
+        prompt = prompts[seq]
+        try:
+            expected = ref.admit(seq, list(prompt))
+        except MemoryError:
+            before = _state(cache, len(ref.refs))
+            try:
+                with answer_deadline(f"admit({seq!r}, ...)"):
+                    cache.admit(seq, list(prompt))
+            except MemoryError:
+                if _state(cache, len(ref.refs)) != before:
+                    raise Wrong(f"after {step}, admit raised MemoryError but changed the cache first: count "
+                                "the pages it needs before taking any, so a refused request leaves no trace.")
+                return
+            except (NotDone, Wrong):
+                raise
+            except Exception as exc:
+                if mentions_blank(exc):
+                    raise NotDone("admit still uses ____: replace it with your code.") from None
+                raise Wrong(f"at {step}, admit should raise MemoryError (too few pages even after evicting "
+                            f"every cached one); it raised {type(exc).__name__}: {exc}.") from None
+            raise Wrong(f"at {step}, admit succeeded, but the prompt needs more pages than unused and cached "
+                        "hold together: raise MemoryError (pages a table holds are never evicted).")
+        got = call_answer(cache.admit, seq, list(prompt), what=f"admit({seq!r}, {prompt})")
+        got = as_number(f"admit({seq!r}, ...)", got)
+        if got != expected:
+            if expected and got == expected // ref.page_size:
+                raise Wrong(f"at {step}, admit returned {got:g}, the pages found; return the prompt tokens "
+                            f"found, pages × page_size = {expected}.")
+            raise Wrong(f"at {step}, admit returned {got:g}; {expected} prompt tokens were in the cache "
+                        "already (full pages whose hash chain matches, in order).")
+    else:
+        try:
+            ref.free(seq)
+        except KeyError:
+            try:
+                with answer_deadline(f"free({seq!r})"):
+                    cache.free(seq)
+            except KeyError:
+                return
+            except Exception as exc:
+                if mentions_blank(exc):
+                    raise NotDone("free still uses ____: replace it with your code.") from None
+                raise Wrong(f"at {step}, free should raise KeyError (that sequence holds nothing); "
+                            f"it raised {type(exc).__name__}: {exc}.") from None
+            raise Wrong(f"at {step}, free did nothing and raised nothing: freeing a sequence that holds no "
+                        "pages must raise KeyError, or a bug that frees twice goes unseen (a double free).")
+        call_answer(cache.free, seq, what=f"free({seq!r})", none_ok=True)
+
+
+def _check_cache(cls):
+    require_function(cls, "PrefixPagedCache")
+    num_pages, page_size = 10, 4
+    cache = _make(cls, num_pages, page_size)
+    ref = _Reference(num_pages, page_size)
+    prompts = dict(_prompts(), f=list(range(300, 300 + 4 * 11)))
+    _invariants(cache, num_pages, "creating the cache")
+    for number, (op, seq, what) in enumerate(Q2_SCRIPT, 1):
+        step = f"step {number} ({op} {seq!r}: {what})"
+        _run_step(cache, ref, op, seq, prompts, step)
+        _invariants(cache, num_pages, step)
+        _compare(cache, ref, num_pages, step)
+    return (f"right through {len(Q2_SCRIPT)} steps: shared pages counted, cached pages reused and evicted "
+            "least recently freed first, a request too big refused without a trace, a double free caught. "
+            "That is the core of vLLM's block manager and of transformers' BlockManager.")
+
+
+q2 = Exercise("ep15.q2", _check_cache,
+              hint=("Which pages of a new prompt can come from the cache, and in which state can a page be: "
+                    "held by tables, cached (no table, contents kept), or unused?",
+                    "In admit, hash the prompt's full pages in a chain and take pages from by_hash while they "
+                    "match (adding 1 to their count, out of cached); count the rest it needs and raise "
+                    "MemoryError before changing anything if unused plus cached cannot give them; then take "
+                    "them from unused, else evict the first of cached (forget its hash). In free, walk the "
+                    "table from its end: count - 1, and at 0 the page goes to cached if it has a hash, else "
+                    "to unused."),
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q3: prompt tokens served from the prefix cache -----------------------------------------------
+
+def _hits(prompts, page_size, *, chain=True, partial=False, tokenwise=False, first=False,
+          against_first=False):
+    seen, total = set(), 0
+    for n, prompt in enumerate(prompts):
+        if tokenwise:
+            best = 0
+            for other in prompts[:n]:
+                k = 0
+                while k < min(len(prompt), len(other)) and prompt[k] == other[k]:
+                    k += 1
+                best = max(best, k)
+            total += best
+            continue
+        pages = -(-len(prompt) // page_size) if partial else len(prompt) // page_size
+        parent, found, matching = None, 0, True
+        keys = []
+        for i in range(pages):
+            tokens = tuple(prompt[i * page_size:(i + 1) * page_size])
+            parent = hash((parent, tokens)) if chain else tokens
+            keys.append(parent)
+            if matching and parent in seen:
+                found += len(tokens) if partial else page_size
+            else:
+                matching = False
+        if n > 0 or first:
+            total += found
+        if not against_first or n == 0:
+            seen.update(keys)
+    return total
+
+
+def _q3_cases():
+    system = list(range(1000, 1013))                 # 13 tokens: 3 full pages of 4, 1 over
+    aligned = list(range(2000, 2016))                # 16 tokens: exactly 4 pages
+    return [
+        ([system + [1, 2], system + [3, 4, 5], system + [6], system + [7, 8, 9, 10]], 4),
+        ([aligned + [1], aligned + [2, 3], aligned], 4),
+        ([[5, 6, 7, 8, 1, 2, 3, 4], [9, 9, 9, 9, 1, 2, 3, 4], [5, 6, 7, 8, 1, 2, 3, 4, 0]], 4),
+        ([system + [1], list(range(3000, 3010)), system + [2], list(range(3000, 3010)) + [5]], 4),
+        ([list(range(50)), list(range(50)) + [1], list(range(40)) + [7] * 9], 16),
+        ([[1, 2, 3], [1, 2, 3], [1, 2, 3, 4]], 4),
+    ]
+
+
+def _q3_mistakes(case) -> dict:
+    prompts, size = case
+    return {
+        "you counted pages by their tokens alone; a page's hash also covers the page before it (the chain), "
+        "so the same tokens after a different beginning are not a hit: attention at those positions saw "
+        "other tokens.": _hits(prompts, size, chain=False),
+        "you counted partial pages too; only full pages are cached and shared (a partial page is still being "
+        "written).": _hits(prompts, size, partial=True),
+        "you counted the longest common prefix in tokens; the cache shares whole pages, so round each match "
+        "down to full pages.": _hits(prompts, size, tokenwise=True),
+        "you compared each prompt only with the first one; every earlier prompt's pages are in the cache.":
+            _hits(prompts, size, against_first=True),
+    }
+
+
+def _check_hits(prefix_hits):
+    require_function(prefix_hits, "prefix_hits")
+    results = []
+    for prompts, size in _q3_cases():
+        what = f"prefix_hits(<{len(prompts)} prompts>, {size})"
+        copies = [list(p) for p in prompts]
+        got = as_number(what, call_answer(prefix_hits, copies, size, what=what))
+        if copies != [list(p) for p in prompts]:
+            raise Wrong(f"{what} changed the prompts it was given; read them, do not modify them.")
+        results.append(((prompts, size), got, _hits(prompts, size)))
+    _judge(results, _q3_mistakes, lambda c: f"prefix_hits(<{len(c[0])} prompts>, {c[1]})", "tokens",
+           whole=True)
+    return (f"right on {len(results)} cases. n requests sharing a P-token prefix reuse (n - 1)·⌊P/S⌋·S tokens: "
+            "what transformers' cache counted in the episode, and what vLLM counts on its /metrics.")
+
+
+q3 = Exercise("ep15.q3", _check_hits,
+              hint=("Which pages of a prompt can the cache have seen before, and what makes two pages the same "
+                    "for the cache?",
+                    "Keep a set of the hashes seen. For each prompt in order, walk its full pages, hashing each "
+                    "with the hash of the page before it; while the hash is in the set, add page_size to the "
+                    "hits; after the first miss, stop counting. Then add all the prompt's page hashes to the "
+                    "set."),
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q4: p99 TTFT, p99 TPOT and goodput from a trace ----------------------------------------------
+
+def _percentile(values, q, method="linear"):
+    import numpy as np
+    return float(np.percentile(values, q, method=method)) if values else math.nan
+
+
+def _report(records, slo_ttft, slo_tpot, duration, *, tpot_one=0.0, inclusive=True, with_failed=False,
+            tpot_rule="spread", method="linear", quantile=99):
+    ttfts, tpots, good = [], [], 0
+    for r in records:
+        if not r["ok"] and not with_failed:
+            continue
+        times = r["times"]
+        if not times:
+            continue
+        ttft = times[0] - r["sent"]
+        n = len(times)
+        if tpot_rule == "spread":
+            tpot = (times[-1] - times[0]) / (n - 1) if n > 1 else tpot_one
+        elif tpot_rule == "per token":
+            tpot = (times[-1] - r["sent"]) / n
+        else:
+            tpot = (times[-1] - times[0]) / n
+        ttfts.append(ttft)
+        if n > 1 or tpot_rule != "spread":
+            tpots.append(tpot)
+        ok = r["ok"] and ((ttft <= slo_ttft and tpot <= slo_tpot) if inclusive
+                          else (ttft < slo_ttft and tpot < slo_tpot))
+        good += ok
+    return (_percentile(ttfts, quantile, method), _percentile(tpots, quantile, method), good / duration)
+
+
+def _trace(seed, n, *, failed=(), single=(), at_limit=()):
+    import random
+    rng = random.Random(seed)
+    records, t = [], 0.0
+    for i in range(n):
+        t += rng.expovariate(4.0)
+        first = t + rng.uniform(0.05, 0.9)
+        tokens = 1 if i in single else rng.randint(3, 12)
+        gaps = [rng.uniform(0.01, 0.08) for _ in range(tokens - 1)]
+        times = [first]
+        for g in gaps:
+            times.append(times[-1] + g)
+        if i in at_limit or i in failed:   # at the TTFT limit exactly, or good but failed
+            t = round(t * 64) / 64           # binary fractions: t + 0.5 - t is exactly 0.5
+            times = [t + (0.5 if i in at_limit else 0.25) + k / 64 for k in range(tokens)]
+        records.append({"sent": t, "times": times, "ok": i not in failed})
+    return records
+
+
+def _q4_cases():
+    return [(_trace(1, 40, failed={3, 17}, single={5}, at_limit={8, 21}), 0.5, 0.05, 12.0),
+            (_trace(2, 25, failed={0}, single={2, 9}, at_limit={4}), 0.5, 0.04, 9.0),
+            (_trace(3, 60, at_limit={1, 2}), 0.5, 0.06, 20.0)]
+
+
+def _q4_mistakes(case) -> dict:
+    records, slo_ttft, slo_tpot, duration = case
+    return {
+        "you counted failed requests; a request that failed (or timed out) has no latency to report and is "
+        "never good.": _report(records, slo_ttft, slo_tpot, duration, with_failed=True),
+        "a request exactly at an SLO limit meets it: the SLO is 'at most', ≤.":
+            _report(records, slo_ttft, slo_tpot, duration, inclusive=False),
+        "TPOT is (last token − first token) / (tokens − 1): the time per token after the first; you divided "
+        "the whole time since sending by the tokens.": _report(records, slo_ttft, slo_tpot, duration,
+                                                               tpot_rule="per token"),
+        "TPOT divides the time after the first token by tokens − 1 (the gaps), not by the tokens.":
+            _report(records, slo_ttft, slo_tpot, duration, tpot_rule="gaps by tokens"),
+        "you took the 99th percentile by the nearest rank; use numpy's percentile (linear between ranks), as "
+        "vllm bench serve does.": _report(records, slo_ttft, slo_tpot, duration, method="lower"),
+        "that is the 95th percentile; asked is the 99th.": _report(records, slo_ttft, slo_tpot, duration,
+                                                                   quantile=95),
+        "that is the median (50th percentile); asked is the 99th.":
+            _report(records, slo_ttft, slo_tpot, duration, quantile=50),
+    }
+
+
+def _check_report(slo_report):
+    require_function(slo_report, "slo_report")
+    for index, (records, slo_ttft, slo_tpot, duration) in enumerate(_q4_cases()):
+        what = f"slo_report(<trace {index + 1}>, {slo_ttft}, {slo_tpot}, {duration})"
+        copies = [dict(r, times=list(r["times"])) for r in records]
+        got = call_answer(slo_report, copies, slo_ttft, slo_tpot, duration, what=what,
+                          parts=("p99 TTFT", "p99 TPOT", "goodput"))
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            raise Wrong(f"{what} returned {describe(got)}; return three numbers: (p99 TTFT, p99 TPOT, goodput).")
+        expected = _report(records, slo_ttft, slo_tpot, duration)
+        names = ("p99 TTFT", "p99 TPOT", "goodput")
+        values = [as_number(f"{what}'s {name}", v) for name, v in zip(names, got)]
+        for k, (name, value, right) in enumerate(zip(names, values, expected)):
+            if abs(value - right) <= 1e-9 * max(1.0, abs(right)):
+                continue
+            for message, alternative in _q4_mistakes((records, slo_ttft, slo_tpot, duration)).items():
+                if abs(value - alternative[k]) <= 1e-9 * max(1.0, abs(alternative[k])):
+                    raise Wrong(f"{what}: your {name} is {value:.6g}, expected {right:.6g}: {message}")
+            if k == 2 and abs(value * duration - round(value * duration)) < 1e-9 and value > 1:
+                raise Wrong(f"{what}: your goodput is {value:.6g}; it is a rate: good requests / duration "
+                            f"({right * duration:.0f} / {duration:g} s = {right:.6g} per second).")
+            if k == 2 and abs(value - right * duration / len(records)) < 1e-9:
+                raise Wrong(f"{what}: your goodput is {value:.6g}, a fraction of the requests; it is a rate, good "
+                            f"requests per second of the run: {right:.6g}.")
+            raise Wrong(f"{what}: your {name} is {value:.6g}; expected {right:.6g}.")
+    records, slo_ttft, slo_tpot, duration = _q4_cases()[0]
+    throughput = sum(r["ok"] for r in records) / duration
+    return (f"right on {len(_q4_cases())} traces. On the first, {throughput:.2f} requests/s completed but only "
+            f"{_report(records, slo_ttft, slo_tpot, duration)[2]:.2f}/s met the SLO: goodput, not throughput, "
+            "is what users feel (DistServe).")
+
+
+q4 = Exercise("ep15.q4", _check_report,
+              hint=("For one request, which two moments give its TTFT, and which its time per output token?",
+                    "Skip failed requests. TTFT = first token time − sent; TPOT = (last − first) / (tokens − 1) "
+                    "for requests with more than one token (0 for one token, as vllm bench serve counts it for "
+                    "goodput; left out of the TPOT percentile). p99 with numpy.percentile(values, 99). Goodput "
+                    "= requests with TTFT ≤ its SLO and TPOT ≤ its SLO, divided by the duration."),
+              solution=solution_link(NOTEBOOK))
+
+
+# --- q5: how many users fit, and what rate keeps them busy ----------------------------------------
+
+Q5_CONFIGS = {
+    "SmolLM2-135M": dict(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+                         hidden_size=576),
+    "Llama-3.2-1B": dict(num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                         hidden_size=2048),
+    "Gemma-like": dict(num_hidden_layers=18, num_attention_heads=8, num_key_value_heads=1, head_dim=256,
+                       hidden_size=2048),
+    "Llama-2-7B": dict(num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32, head_dim=128,
+                       hidden_size=4096),
+}
+
+Q5_CASES = [(12 * 2**30, "SmolLM2-135M", 2048, 2), (10 * 2**30, "Llama-3.2-1B", 4096, 2),
+            (30 * 2**30, "Gemma-like", 8192, 2), (20 * 2**30, "Llama-2-7B", 4096, 2),
+            (5 * 2**30, "Llama-3.2-1B", 1000, 1)]
+
+
+def _users(cache_bytes, c, context, dtype_bytes, *, heads="kv", kv=2, rounding="floor", dtype=True):
+    width = {"kv": c["num_key_value_heads"] * c["head_dim"], "q": c["num_attention_heads"] * c["head_dim"],
+             "hidden": c["hidden_size"]}[heads]
+    per_token = kv * c["num_hidden_layers"] * width * (dtype_bytes if dtype else 1)
+    raw = cache_bytes / (per_token * context)
+    return {"floor": math.floor(raw), "round": round(raw), "ceil": math.ceil(raw), "none": raw}[rounding]
+
+
+def _q5_mistakes(case) -> dict:
+    cache_bytes, name, context, dtype_bytes = case
+    c = Q5_CONFIGS[name]
+    args = (cache_bytes, c, context, dtype_bytes)
+    return {
+        "you sized the cache by the query heads; keys and values are stored per key/value head "
+        "(num_key_value_heads), fewer than the query heads with grouped-query attention.": _users(*args, heads="q"),
+        "you sized the cache by hidden_size; a token stores num_key_value_heads × head_dim numbers for K and "
+        "as many for V, in each layer.": _users(*args, heads="hidden"),
+        "you forgot the factor 2: each token stores a key AND a value in every layer.": _users(*args, kv=1),
+        "you left out the bytes per number (dtype_bytes).": _users(*args, dtype=False),
+        "round down: a user who does not fit whole does not fit.": _users(*args, rounding="round"),
+        "you rounded up; a user who does not fit whole does not fit: round down.": _users(*args, rounding="ceil"),
+        "that is a fraction of a user; count whole users (round down).": _users(*args, rounding="none"),
+    }
+
+
+Q5_RATE_CASES = [(100, 2.0), (37, 0.8), (1, 10.0), (512, 3.5)]
+
+
+def _check_capacity(max_users, max_rate):
+    require_function(max_users, "max_users")
+    require_function(max_rate, "max_rate")
+    results = []
+    for cache_bytes, name, context, dtype_bytes in Q5_CASES:
+        config = dict(Q5_CONFIGS[name])
+        what = f"max_users({cache_bytes:,}, <{name}>, {context}, {dtype_bytes})"
+        got = as_number(what, call_answer(max_users, cache_bytes, config, context, dtype_bytes, what=what))
+        results.append(((cache_bytes, name, context, dtype_bytes), got, _users(cache_bytes, Q5_CONFIGS[name],
+                                                                                 context, dtype_bytes)))
+    _judge(results, _q5_mistakes, lambda c: f"max_users({c[0]:,}, <{c[1]}>, {c[2]}, {c[3]})", "users",
+           whole=True)
+    rates = []
+    for users, latency in Q5_RATE_CASES:
+        what = f"max_rate({users}, {latency})"
+        rates.append(((users, latency), as_number(what, call_answer(max_rate, users, latency, what=what)),
+                      users / latency))
+    _judge(rates, lambda c: {
+        "that is users × latency; Little's law is L = λ·W, so the rate is λ = L / W: users / latency.":
+            c[0] * c[1],
+        "that is latency / users, upside down: λ = L / W, users / latency.": c[1] / c[0],
+        "you rounded the rate; it need not be a whole number of requests per second.": round(c[0] / c[1]),
+    }, lambda c: f"max_rate({c[0]}, {c[1]})", "requests/s", whole=False)
+    users = _users(12 * 2**30, Q5_CONFIGS["SmolLM2-135M"], 2048, 2)
+    return (f"right on {len(results)} models and {len(rates)} rates. SmolLM2-135M at 2,048 tokens each: "
+            f"{users:,} users in 12 GiB of cache; with 2 s per request they sustain {users / 2:,.0f} "
+            "requests/s, if the GPU can decode that many tokens a step (the bandwidth floor of episode 10).")
+
+
+q5 = Exercise("ep15.q5", _check_capacity,
+              hint=("How many bytes does one token of one user keep in the cache, across all layers?",
+                    "Per token: 2 (K and V) × layers × num_key_value_heads × head_dim × dtype_bytes. A user "
+                    "keeps `context` tokens; users = cache_bytes // (per token × context). Little's law "
+                    "L = λ·W gives the rate that keeps L users busy for W seconds each: λ = L / W."),
+              solution=solution_link(NOTEBOOK))
+
+
+__all__ = ["q1", "q2", "q3", "q4", "q5", "page_hash", "NotDone"]
