@@ -108,6 +108,17 @@ def apply(torch=None, limits: dict | None = None) -> dict:
         reserved = cuda.memory_reserved(device)
         return max(0, min(free, cap - reserved)), cap
 
+    undo = [(cuda, name, getattr(cuda, name)) for name in
+            ("_lazy_init", "get_device_properties", "get_device_capability", "mem_get_info",
+             "is_bf16_supported")]
+    undo += [(torch._C, name, getattr(torch._C, name)) for name in
+             ("_set_sdp_use_flash", "_set_sdp_use_cudnn", "_set_sdp_use_mem_efficient")]
+    undo += [(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32),
+             (torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)]
+    enabled = {"flash": torch.backends.cuda.flash_sdp_enabled(),
+               "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
+               "efficient": torch.backends.cuda.mem_efficient_sdp_enabled()}
+    precision = torch.get_float32_matmul_precision()
     cuda._lazy_init = lazy_init
     cuda.get_device_properties = get_device_properties
     cuda.get_device_capability = get_device_capability
@@ -132,7 +143,25 @@ def apply(torch=None, limits: dict | None = None) -> dict:
             "triton": "compiled for the GPU that ran (an sm_75 cubin cannot run on it)",
             "tensorflow": "not limited"}
     cuda._gpucourse_envelope = done
+    cuda._gpucourse_envelope_undo = (undo, enabled, precision)
     return done
+
+
+def remove(torch=None) -> None:
+    """Undo :func:`apply` (the tests use it; a run keeps the envelope until its kernel ends)."""
+    if torch is None:
+        import torch
+    cuda = torch.cuda
+    if not getattr(cuda, "_gpucourse_envelope", None):
+        return
+    undo, enabled, precision = cuda._gpucourse_envelope_undo
+    for obj, name, value in reversed(undo):
+        setattr(obj, name, value)
+    torch._C._set_sdp_use_flash(enabled["flash"])
+    torch._C._set_sdp_use_cudnn(enabled["cudnn"])
+    torch._C._set_sdp_use_mem_efficient(enabled["efficient"])
+    torch.set_float32_matmul_precision(precision)
+    del cuda._gpucourse_envelope, cuda._gpucourse_envelope_undo
 
 
 def install_on_import() -> None:

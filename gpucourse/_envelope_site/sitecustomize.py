@@ -15,11 +15,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _chain_other_sitecustomize() -> None:
+    """Run the ``sitecustomize`` this one hides, with this folder off the path meanwhile (that
+    one may chain to the next in turn, and must not find this one again)."""
+    saved = list(sys.path)
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        sys.path[:] = rest
+        try:
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        finally:
+            sys.path[:] = saved
 
 
 _chain_other_sitecustomize()
