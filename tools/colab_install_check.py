@@ -1,8 +1,8 @@
 """Install the helper into the Colab-like environment as a notebook's setup cell
 does, and fail if that upgraded, downgraded or removed any package Colab has.
 
-Run by ``make test-colab`` with the Colab environment's own Python
-(``.venv-colab-current``, or ``.venv-colab-previous`` for ``RUNTIME=previous``):
+Run by ``make test-colab`` with the runtime's environment's own Python
+(``.venv-colab-current``, or ``.venv-colab-kaggle`` for ``RUNTIME=kaggle``):
 
     .venv-colab-current/bin/python tools/colab_install_check.py baseline   # right after creating it
     .venv-colab-current/bin/python tools/colab_install_check.py install    # every test run
@@ -12,6 +12,11 @@ Run by ``make test-colab`` with the Colab environment's own Python
 setup cell's ``pip install "gpucourse @ git+https://...@main"`` without the
 network — and compares ``pip freeze`` with the baseline. Packages the helper
 adds are listed; any package of the baseline that changed is an error.
+
+An environment is kept between runs (CI keeps one per runtime while its
+constraints stay the same), so ``install`` first puts it back to the baseline:
+what an earlier run's install added is removed, what it changed is reinstalled
+at the baseline's version. Every run then starts from the platform's stack.
 """
 
 from __future__ import annotations
@@ -48,6 +53,20 @@ def changes(before: dict[str, str], after: dict[str, str], ignore=("gpucourse", 
     return changed, removed, added
 
 
+def reset(baseline: dict[str, str]) -> None:
+    """Put this environment back to ``baseline``: remove what was added, reinstall what changed."""
+    changed, removed, added = changes(baseline, freeze(), ignore=("pip",))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    if added:
+        subprocess.run([*pip, "uninstall", "--yes", "--quiet", *added], check=True)
+    back = [f"{n}=={baseline[n]}" for n in sorted({*changed, *removed}) if "://" not in baseline[n]]
+    if back:
+        subprocess.run([*pip, "install", "--quiet", "--no-deps", *back], check=True)
+    if added or back:
+        print(f"put back the baseline: removed {', '.join(added) or 'nothing'}; "
+              f"reinstalled {', '.join(back) or 'nothing'}")
+
+
 def main(action: str) -> int:
     if action == "baseline":
         BASELINE.write_text("".join(f"{n}=={v}\n" for n, v in sorted(freeze().items())))
@@ -57,6 +76,7 @@ def main(action: str) -> int:
         print(f"{BASELINE} is missing: recreate the environment (rm -rf {sys.prefix}; make test-colab).")
         return 1
     before = dict(line.split("==", 1) for line in BASELINE.read_text().splitlines())
+    reset(before)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                     f"gpucourse @ {ROOT.as_uri()}"], check=True)
     changed, removed, added = changes(before, freeze())
