@@ -201,7 +201,9 @@ def setup(gpu_available: bool) -> KernelMode:
 
     Call it before the first ``@triton.jit`` and before ``from numba import cuda``: the
     interpreter is chosen when a kernel is decorated, the simulator when ``numba.cuda`` is
-    first imported.
+    first imported. Episode 12 sets the two switches in a cell of its own before importing
+    triton and then calls this for the checks; without a GPU both set the same variables
+    (tests/test_taught_ep12.py).
 
     Parameters
     ----------
@@ -666,13 +668,6 @@ def tensor_core_dot(capability: tuple[int, int], triton_version: str | None = No
         triton_version = triton.__version__
     return feasibility.feature_available("triton_tensor_core_dot", capability,
                                          {"triton": triton_version})
-
-
-# ---- bytes moved -------------------------------------------------------------------------
-
-def elementwise_bytes(elements: int, reads: int, writes: int, itemsize: int = 4) -> int:
-    """Bytes a chain of elementwise kernels moves: every read and every write of a tensor."""
-    return (reads + writes) * elements * itemsize
 
 
 # ---- Numba's simulator, threads in an order of our choosing --------------------------------

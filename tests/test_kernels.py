@@ -254,11 +254,6 @@ def test_multiply_adds_count_per_thread_per_warp_and_per_warp_group():
     assert kernels.multiply_adds(mma, num_warps=8) == 2 * 16 * 8 * 16 * 8
 
 
-def test_elementwise_bytes_counts_reads_and_writes():
-    assert kernels.elementwise_bytes(1000, reads=2, writes=2) == 16_000
-    assert kernels.elementwise_bytes(1000, reads=1, writes=1, itemsize=2) == 4_000
-
-
 # --- guards and set-up -----------------------------------------------------------------------
 
 @triton.jit
