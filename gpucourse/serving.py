@@ -7,8 +7,9 @@ deadline, and a sentence naming the cause when it does not start), and reading t
 prefix-hit counter.
 
 The stand-in model, used offline or where the download fails, is SmolLM2-135M's decoder layers
-with RANDOM weights and a 257-token byte vocabulary (every UTF-8 byte, and an end-of-text token),
-so that a tokenizer can be built without a download. Its speed is close to SmolLM2-135M's layers
+with RANDOM weights and a 97-token vocabulary (the printable ASCII characters, an end-of-text and
+an unknown token), so that a tokenizer can be built without a download and every token it writes
+is a character a stream can send. Its speed is close to SmolLM2-135M's layers
 (the real model's 49,152-token output layer is larger); its text is noise, and the episode says so.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -34,8 +36,14 @@ from . import llm, settings
 HOST = "127.0.0.1"
 #: Seconds a server may take to load its model and answer /health before it is given up.
 START_DEADLINE_S = 180
-BYTE_VOCAB = 257          # the 256 byte symbols of byte-level BPE, then <|endoftext|>
-END_OF_TEXT = 256
+PRINTABLE = range(32, 127)   # the stand-in's tokens: printable ASCII, one character each
+END_OF_TEXT = len(PRINTABLE)  # then <|endoftext|> and <unk> (any other character)
+VOCAB = END_OF_TEXT + 2
+
+
+# transformers' scheduler warns on every run that a flash kernel would be faster: true on a GPU
+# that has one, and a line per cell otherwise
+logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)
 
 
 class ServerError(RuntimeError):
@@ -46,23 +54,29 @@ class ServerError(RuntimeError):
 
 def _write_stand_in(folder: Path, layers: int) -> None:
     import torch
+    import transformers
     from tokenizers import Tokenizer, decoders, models
     from tokenizers.pre_tokenizers import ByteLevel
 
     with llm._quiet_imports():
         from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
-    vocab = {symbol: i for i, symbol in enumerate(sorted(ByteLevel.alphabet()))}
-    vocab["<|endoftext|>"] = END_OF_TEXT
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))     # one token per byte
+    symbol = ByteLevel.alphabet()       # byte-level BPE's printable stand-in for each byte
+    as_symbol = {b: s for b in PRINTABLE for s in symbol if s.encode() == bytes([b])}
+    as_symbol[32] = "\u0120"           # byte-level BPE writes a space as Ġ
+    vocab = {as_symbol[b]: i for i, b in enumerate(PRINTABLE)}
+    vocab.update({"<|endoftext|>": END_OF_TEXT, "<unk>": END_OF_TEXT + 1})
+    # one token per character, so that a stream sends one event per token
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     tokenizer.pre_tokenizer = ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>",
                                    pad_token="<|endoftext|>")
     fast.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
                           "{% endfor %}assistant:")
+    transformers.utils.logging.disable_progress_bar()    # no "Writing model shards" bar
     fast.save_pretrained(folder)
     torch.manual_seed(0)
-    config = llm.llama_config("SmolLM2-135M", num_hidden_layers=layers, vocab_size=BYTE_VOCAB,
+    config = llm.llama_config("SmolLM2-135M", num_hidden_layers=layers, vocab_size=VOCAB,
                               bos_token_id=END_OF_TEXT, eos_token_id=END_OF_TEXT,
                               pad_token_id=END_OF_TEXT, tie_word_embeddings=True,
                               architectures=["LlamaForCausalLM"])
@@ -73,7 +87,7 @@ def stand_in_folder(layers: int) -> Path:
     """A folder ``transformers serve`` can load with no download (written once, atomically)."""
     from .data import cache
 
-    folder = cache.folder("serving") / f"smollm2-{layers}-layers-bytes"
+    folder = cache.folder("serving") / f"smollm2-{layers}-layers-ascii"
     if (folder / "model.safetensors").exists():
         return folder
     staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
@@ -89,25 +103,21 @@ def stand_in_folder(layers: int) -> Path:
     return folder
 
 
-def model_folder(layers: int, *, real: bool) -> tuple[Path, str]:
-    """The folder the server loads and a sentence saying what it holds.
-
-    ``real``: try SmolLM2-135M-Instruct from the Hub (pinned revision); offline, or where the
-    download fails, the stand-in with ``layers`` layers.
-    """
+def model_folder(layers: int) -> tuple[Path, str]:
+    """The folder the server loads and a sentence saying what it holds: SmolLM2-135M-Instruct
+    from the Hub (pinned revision), or offline, or where the download fails, the stand-in with
+    ``layers`` layers."""
     reason = "GPUCOURSE_OFFLINE=1" if settings.offline() else None
-    if real and reason is None:
+    if reason is None:
         try:
             folder = llm.download(llm.INSTRUCT_REPO_ID, llm.INSTRUCT_REVISION)
             return Path(folder), (f"{llm.INSTRUCT_REPO_ID} at revision {llm.INSTRUCT_REVISION[:7]} "
                                   f"({llm.LICENCE}), all 30 layers")
         except llm._download_errors() as exc:
             reason = f"the download failed: {type(exc).__name__}: {str(exc)[:160]}"
-    elif reason is None:
-        reason = "a small model keeps this size quick on a CPU"
     settings.allow_stand_in(llm.INSTRUCT_REPO_ID, reason)
     return stand_in_folder(layers), (f"SmolLM2-135M's first {layers} layers with RANDOM weights and a "
-                                     f"byte vocabulary ({reason}); its text is noise")
+                                     f"character vocabulary ({reason}); its text is noise")
 
 
 # --------------------------------------------------------------------------- the server
@@ -293,3 +303,97 @@ def fits_the_cache(prompt_tokens: int, new_tokens: int, pages: int, page_size: i
         raise ValueError(f"a request of {prompt_tokens:,} prompt + {new_tokens:,} new tokens needs "
                          f"{need:,} pages of {page_size} tokens, but the whole cache has {pages:,}: "
                          "it could never run; shorten it or give the cache more pages.")
+
+
+# --------------------------------------------------------------------------- vLLM on a GPU (opt-in)
+
+RECEIPT_FIGURE = "ep15.vllm_goodput"
+
+
+def vllm_receipt_line() -> str:
+    """What the course has from a vLLM run on a GPU: the recorded goodput, or one line saying none."""
+    from . import reference
+
+    found = reference.gpu_reference(RECEIPT_FIGURE)
+    if found is None:
+        return ("No GPU has run vLLM for this episode yet: on a T4, set TRY_VLLM = True in a fresh "
+                "runtime to make the first receipt.")
+    record, value = found
+    return (f"vLLM on {record['hardware']['gpu_name']} ({record['date']}): goodput "
+            f"{reference._format(value, 'requests/s')} under the SLO the receipt names.")
+
+
+def bench_command(model: str, base_url: str, request_rate: float, slo_ttft_ms: float,
+                  slo_tpot_ms: float, result_dir: Path, prompts: int = 200) -> list[str]:
+    """``vllm bench serve`` with random prompts, Poisson arrivals and goodput under the SLO."""
+    return ["vllm", "bench", "serve", "--backend", "vllm", "--model", model, "--base-url", base_url,
+            "--dataset-name", "random", "--random-input-len", "256", "--random-output-len", "128",
+            "--num-prompts", str(prompts), "--request-rate", str(request_rate), "--burstiness", "1",
+            "--goodput", f"ttft:{slo_ttft_ms:g}", f"tpot:{slo_tpot_ms:g}",
+            "--save-result", "--result-dir", str(result_dir)]
+
+
+def receipt(result: dict, *, gpu_name: str, versions: dict, slo: dict, bandwidth_gbs: float | None,
+            weight_bytes: int) -> dict:
+    """The receipt of a ``vllm bench serve`` run: device, versions, SLO, goodput and an estimate of
+    the memory bandwidth used (weights read once per decode step, at 1 / median TPOT steps a second)."""
+    tpot_s = result.get("median_tpot_ms", 0) / 1e3
+    mbu = (weight_bytes / tpot_s / (bandwidth_gbs * 1e9)) if tpot_s and bandwidth_gbs else None
+    return {"device": gpu_name, "versions": versions, "slo_ms": slo,
+            "request_rate": result.get("request_rate"), "goodput": result.get("request_goodput"),
+            "throughput": result.get("request_throughput"),
+            "output_tokens_per_s": result.get("output_throughput"),
+            "p99_ttft_ms": result.get("p99_ttft_ms"), "p99_tpot_ms": result.get("p99_tpot_ms"),
+            "bandwidth_utilisation_estimate": mbu}
+
+
+def vllm_benchmark(model: str, request_rate: float, slo_ttft_ms: float, slo_tpot_ms: float) -> dict:
+    """Install vLLM (it replaces this runtime's torch), serve ``model`` in float16, benchmark it with
+    ``vllm bench serve`` and write a receipt under the course's data folder; returns the receipt."""
+    from . import reference
+    from .data import cache
+
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "vllm"],
+                         capture_output=True, text=True)
+    if pip.returncode:
+        raise ServerError(f"pip could not install vLLM: {_last_error(pip.stderr)}")
+    port, folder = free_port(), cache.folder("serving", "vllm")
+    log_path = folder / "vllm-serve.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(["vllm", "serve", model, "--dtype", "half", "--host", HOST,
+                                    "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    server = Server(process, port, log_path, Path(model))
+    try:
+        started = time.monotonic()
+        while _safe_health(server.url) != 200:
+            if not server.running() or time.monotonic() - started > 900:
+                raise ServerError(f"vllm serve did not start: {_last_error(server.log())}")
+            time.sleep(2)
+        bench = subprocess.run(bench_command(model, server.url, request_rate, slo_ttft_ms,
+                                             slo_tpot_ms, folder), capture_output=True, text=True)
+        if bench.returncode:
+            raise ServerError(f"vllm bench serve failed: {_last_error(bench.stderr or bench.stdout)}")
+    finally:
+        server.stop()
+    result = json.loads(max(folder.glob("*.json"), key=lambda p: p.stat().st_mtime).read_text())
+    import torch
+    from importlib.metadata import version
+    name = torch.cuda.get_device_name(0)
+    from .feasibility import llama_parameters
+
+    _, sheet = reference.gpu_model(name)
+    made = receipt(result, gpu_name=name, versions={p: version(p) for p in ("vllm", "torch")},
+                   slo={"ttft": slo_ttft_ms, "tpot": slo_tpot_ms},
+                   bandwidth_gbs=(sheet or {}).get("memory_gbs"),
+                   weight_bytes=2 * llama_parameters(llm.CONFIGS["SmolLM2-135M"]))
+    (folder / "receipt.json").write_text(json.dumps(made, indent=1))
+    print(json.dumps(made, indent=1))
+    return made
+
+
+def _safe_health(url: str) -> int | None:
+    try:
+        return _get(url + "/health")[0]
+    except OSError:
+        return None

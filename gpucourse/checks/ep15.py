@@ -77,6 +77,8 @@ def _q1_mistakes(case) -> dict:
         "steps.": _continuous(lengths, batch, extra=1),
         "your count is one step short: the last request ends at the end of its last step.":
             _continuous(lengths, batch) - 1,
+        "you gave the requests to the slots in turn (request i to slot i mod batch); a waiting request takes "
+        "whichever slot frees first.": max(sum(lengths[i::batch]) for i in range(min(batch, len(lengths)))),
     }
 
 
@@ -172,7 +174,10 @@ def _prompts():
     """Prompts over 4-token pages: a system prompt of 10 tokens shared by three users, another one."""
     system = list(range(100, 110))
     return {"a": system + [1, 2, 3], "b": system + [4, 5, 6, 7, 8], "c": system + [9],
-            "d": list(range(200, 224)), "e": system[:8] + [7, 7, 7, 7, 7]}
+            "d": list(range(200, 224)), "e": system[:8] + [7, 7, 7, 7, 7],
+            "g": system + [1, 2, 3],                                   # a again
+            "h": list(range(200, 208)) + [9] * 12,     # finds 2 cached pages, needs 3 more
+            "k": list(range(100, 104)) + list(range(204, 208)) + [5]}  # d's tokens, other parent
 
 
 # The script: (operation, sequence, what it tests). 10 pages of 4 tokens.
@@ -186,6 +191,9 @@ Q2_SCRIPT = [("admit", "a", "a first prompt: nothing cached yet"),
              ("admit", "e", "a prompt sharing two cached pages, whose other pages must be evicted from cached"),
              ("admit", "f", "a prompt larger than every page that is not in use"),
              ("free", "d", "freeing d"),
+             ("admit", "g", "a's prompt again, after its third page was evicted and reused"),
+             ("admit", "h", "a prompt that finds two cached pages but needs more than the rest of cached"),
+             ("admit", "k", "a prompt whose second page has d's tokens after a different first page"),
              ("free", "d", "freeing d twice")]
 
 
@@ -343,7 +351,8 @@ def _check_cache(cls):
         _compare(cache, ref, num_pages, step)
     return (f"right through {len(Q2_SCRIPT)} steps: shared pages counted, cached pages reused and evicted "
             "least recently freed first, a request too big refused without a trace, a double free caught. "
-            "That is the core of vLLM's block manager and of transformers' BlockManager.")
+            "That is the core of vLLM's block manager; transformers' BlockManager (5.15) shares pages the same "
+            "way but evicts the most recently freed cached page first.")
 
 
 q2 = Exercise("ep15.q2", _check_cache,
@@ -401,6 +410,7 @@ def _q3_cases():
         ([system + [1], list(range(3000, 3010)), system + [2], list(range(3000, 3010)) + [5]], 4),
         ([list(range(50)), list(range(50)) + [1], list(range(40)) + [7] * 9], 16),
         ([[1, 2, 3], [1, 2, 3], [1, 2, 3, 4]], 4),
+        ([[5, 6, 7, 8, 1, 1, 1, 1], [9, 9, 9, 9, 2, 2, 2, 2], [5, 6, 7, 8, 2, 2, 2, 2]], 4),
     ]
 
 
@@ -478,7 +488,7 @@ def _report(records, slo_ttft, slo_tpot, duration, *, tpot_one=0.0, inclusive=Tr
     return (_percentile(ttfts, quantile, method), _percentile(tpots, quantile, method), good / duration)
 
 
-def _trace(seed, n, *, failed=(), single=(), at_limit=()):
+def _trace(seed, n, *, failed=(), single=(), at_limit=(), tpot_limit=()):
     import random
     rng = random.Random(seed)
     records, t = [], 0.0
@@ -490,9 +500,10 @@ def _trace(seed, n, *, failed=(), single=(), at_limit=()):
         times = [first]
         for g in gaps:
             times.append(times[-1] + g)
-        if i in at_limit or i in failed:   # at the TTFT limit exactly, or good but failed
-            t = round(t * 64) / 64           # binary fractions: t + 0.5 - t is exactly 0.5
-            times = [t + (0.5 if i in at_limit else 0.25) + k / 64 for k in range(tokens)]
+        if i in at_limit or i in failed or i in tpot_limit:   # exact binary fractions
+            t = round(t * 64) / 64           # t + 0.5 - t is exactly 0.5
+            step = 1 / 32 if i in tpot_limit else 1 / 64       # a TPOT of exactly 1/32 s
+            times = [t + (0.5 if i in at_limit else 0.25) + k * step for k in range(tokens)]
         records.append({"sent": t, "times": times, "ok": i not in failed})
     return records
 
@@ -500,7 +511,8 @@ def _trace(seed, n, *, failed=(), single=(), at_limit=()):
 def _q4_cases():
     return [(_trace(1, 40, failed={3, 17}, single={5}, at_limit={8, 21}), 0.5, 0.05, 12.0),
             (_trace(2, 25, failed={0}, single={2, 9}, at_limit={4}), 0.5, 0.04, 9.0),
-            (_trace(3, 60, at_limit={1, 2}), 0.5, 0.06, 20.0)]
+            (_trace(3, 60, at_limit={1, 2}), 0.5, 0.06, 20.0),
+            (_trace(4, 30, tpot_limit={3, 7, 11}, single={0}), 0.9, 1 / 32, 10.0)]
 
 
 def _q4_mistakes(case) -> dict:
@@ -542,7 +554,7 @@ def _check_report(slo_report):
             for message, alternative in _q4_mistakes((records, slo_ttft, slo_tpot, duration)).items():
                 if abs(value - alternative[k]) <= 1e-9 * max(1.0, abs(alternative[k])):
                     raise Wrong(f"{what}: your {name} is {value:.6g}, expected {right:.6g}: {message}")
-            if k == 2 and abs(value * duration - round(value * duration)) < 1e-9 and value > 1:
+            if k == 2 and abs(value - right * duration) < 1e-9:
                 raise Wrong(f"{what}: your goodput is {value:.6g}; it is a rate: good requests / duration "
                             f"({right * duration:.0f} / {duration:g} s = {right:.6g} per second).")
             if k == 2 and abs(value - right * duration / len(records)) < 1e-9:
@@ -574,18 +586,21 @@ Q5_CONFIGS = {
                          hidden_size=2048),
     "Gemma-like": dict(num_hidden_layers=18, num_attention_heads=8, num_key_value_heads=1, head_dim=256,
                        hidden_size=2048),
+    "Qwen3-0.6B": dict(num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                       hidden_size=1024),
     "Llama-2-7B": dict(num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32, head_dim=128,
                        hidden_size=4096),
 }
 
 Q5_CASES = [(12 * 2**30, "SmolLM2-135M", 2048, 2), (10 * 2**30, "Llama-3.2-1B", 4096, 2),
             (30 * 2**30, "Gemma-like", 8192, 2), (20 * 2**30, "Llama-2-7B", 4096, 2),
-            (5 * 2**30, "Llama-3.2-1B", 1000, 1)]
+            (5 * 2**30, "Llama-3.2-1B", 1000, 1), (8 * 2**30, "Qwen3-0.6B", 4096, 2)]
 
 
 def _users(cache_bytes, c, context, dtype_bytes, *, heads="kv", kv=2, rounding="floor", dtype=True):
     width = {"kv": c["num_key_value_heads"] * c["head_dim"], "q": c["num_attention_heads"] * c["head_dim"],
-             "hidden": c["hidden_size"]}[heads]
+             "hidden": c["hidden_size"],
+             "derived": c["num_key_value_heads"] * (c["hidden_size"] // c["num_attention_heads"])}[heads]
     per_token = kv * c["num_hidden_layers"] * width * (dtype_bytes if dtype else 1)
     raw = cache_bytes / (per_token * context)
     return {"floor": math.floor(raw), "round": round(raw), "ceil": math.ceil(raw), "none": raw}[rounding]
@@ -596,6 +611,8 @@ def _q5_mistakes(case) -> dict:
     c = Q5_CONFIGS[name]
     args = (cache_bytes, c, context, dtype_bytes)
     return {
+        "you worked head_dim out as hidden_size / num_attention_heads; use the config's head_dim, which some "
+        "models (Qwen3, Gemma) set apart from it.": _users(*args, heads="derived"),
         "you sized the cache by the query heads; keys and values are stored per key/value head "
         "(num_key_value_heads), fewer than the query heads with grouped-query attention.": _users(*args, heads="q"),
         "you sized the cache by hidden_size; a token stores num_key_value_heads × head_dim numbers for K and "

@@ -1,0 +1,10 @@
+"""right: the solution (heap of slot free times)"""
+import heapq
+import math
+
+
+def continuous_steps(lengths, batch):
+    free_at = [0] * min(batch, len(lengths))
+    for length in lengths:
+        heapq.heappush(free_at, heapq.heappop(free_at) + length)
+    return max(free_at, default=0)

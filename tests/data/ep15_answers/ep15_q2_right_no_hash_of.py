@@ -1,0 +1,55 @@
+"""right: no reverse map; the hash of a page is found by searching by_hash"""
+from collections import OrderedDict, deque
+
+from gpucourse.checks.ep15 import page_hash
+
+
+class PrefixPagedCache:
+    def __init__(self, num_pages, page_size):
+        self.page_size = page_size
+        self.unused = deque(range(num_pages))
+        self.cached = OrderedDict()
+        self.by_hash = {}
+        self.hash_of = {}
+        self.refs = [0] * num_pages
+        self.tables = {}
+
+    def admit(self, seq, prompt):
+        size, hashes, parent = self.page_size, [], None
+        for i in range(len(prompt) // size):
+            parent = page_hash(parent, prompt[i * size:(i + 1) * size])
+            hashes.append(parent)
+        found = []
+        for h in hashes:
+            if h not in self.by_hash:
+                break
+            found.append(self.by_hash[h])
+        need = -(-len(prompt) // size) - len(found)
+        if need > len(self.unused) + len([p for p in self.cached if p not in found]):
+            raise MemoryError(f"{seq} needs {need} more pages")
+        for page in found:
+            self.cached.pop(page, None)
+            self.refs[page] += 1
+        table = list(found)
+        for i in range(len(found), len(found) + need):
+            if self.unused:
+                page = self.unused.popleft()
+            else:
+                page, old = self.cached.popitem(last=False)
+                del self.by_hash[old]
+            self.refs[page] += 1
+            table.append(page)
+            if i < len(hashes):
+                self.by_hash[hashes[i]] = page
+        self.tables[seq] = table
+        return len(found) * size
+
+    def free(self, seq):
+        for page in reversed(self.tables.pop(seq)):
+            self.refs[page] -= 1
+            if self.refs[page] == 0:
+                h = next((k for k, v in self.by_hash.items() if v == page), None)
+                if h is not None:
+                    self.cached[page] = h
+                else:
+                    self.unused.append(page)

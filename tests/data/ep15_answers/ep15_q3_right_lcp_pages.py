@@ -1,0 +1,15 @@
+"""right: longest common prefix with any earlier prompt, rounded down to whole pages"""
+from gpucourse.checks.ep15 import page_hash
+
+
+def prefix_hits(prompts, page_size):
+    total = 0
+    for n, p in enumerate(prompts):
+        best = 0
+        for q in prompts[:n]:
+            k = 0
+            while k < min(len(p), len(q)) and p[k] == q[k]:
+                k += 1
+            best = max(best, k)
+        total += best // page_size * page_size
+    return total

@@ -1,0 +1,12 @@
+"""ceil - 1 (one short when the division is exact)"""
+import math
+
+
+def max_users(cache_bytes, config, context, dtype_bytes):
+    per_token = (2 * config["num_hidden_layers"] * config["num_key_value_heads"]
+                 * config["head_dim"] * dtype_bytes)
+    return math.ceil(cache_bytes / (per_token * context)) - 1
+
+
+def max_rate(users, latency_s):
+    return users / latency_s

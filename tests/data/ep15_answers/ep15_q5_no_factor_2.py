@@ -1,0 +1,12 @@
+"""forgets K and V: no factor 2"""
+import math
+
+
+def max_users(cache_bytes, config, context, dtype_bytes):
+    per_token = (config["num_hidden_layers"] * config["num_key_value_heads"]
+                 * config["head_dim"] * dtype_bytes)
+    return cache_bytes // (per_token * context)
+
+
+def max_rate(users, latency_s):
+    return users / latency_s
