@@ -32,16 +32,6 @@ ALLOWED_FENCES = {
         "key lines of gpucourse/distributed/uneven.py (torchrun's workers; same test)"),
     ("09", "python", "# 1. the cluster and this worker's place in it"): (
         "key lines of gpucourse/distributed/tf_multiworker.py (TensorFlow's workers; same test)"),
-    ("13", "python", "# 1. one device per process, and a mesh over them all"): (
-        "key lines of gpucourse/distributed/fsdp_train.py, which runs in torchrun's worker "
-        "processes; tests/test_taught_ep13.py keeps the listing equal to the script"),
-    ("13", "python", "# 1. a mesh of dp × tp ranks"): (
-        "key lines of gpucourse/distributed/tp_mlp.py (torchrun's workers; same test)"),
-    ("13", "python", "# 1. load into this run's shards"): (
-        "key lines of gpucourse/distributed/dcp_reshard.py (torchrun's workers; same test)"),
-    ("13", "python", "# 1. a process group of `world` ranks in one process"): (
-        "key lines of gpucourse/distributed/memory_plan.py, which runs in a child process "
-        "with a fake process group (same test)"),
     ("04", "python", "# ← no Flatten before Dense"): (
         "a published tutorial's listing, broken on purpose, that the episode repairs; "
         "tests/test_taught_ep04.py checks that it cannot run (SyntaxError)"),

@@ -1,12 +1,14 @@
 """Episode 13's sharding scripts, run for real on CPU processes (Gloo), and its memory plan.
 
-One 2-process FSDP2 run, started the way the episode starts it but on a machine that looks like
-one T4 (the fake CUDA runtime, which child processes see too), checks: the processes stayed on
-the CPU; every rank's bytes of parameters, gradients and Adam state are its torch.chunk share
-(the whole model over the ranks, padding allocated); ZeRO-3 and ZeRO-2 train the single-process
-weights to float32 rounding; ZeRO-3 all-gathers twice as often as ZeRO-2; no process outlives the
-launch. The memory plan's fake process group agrees with its closed form, and a missing internal
-API gives the closed form with a message that names it.
+The scripts are the episode's own: its ``%%writefile`` cells, written into a folder as the
+notebook writes them (``write_scripts``). One 2-process FSDP2 run, started the way the episode
+starts it but on a machine that looks like one T4 (the fake CUDA runtime, which child processes
+see too), checks: the processes stayed on the CPU; every rank's bytes of parameters, gradients
+and Adam state are its torch.chunk share (the whole model over the ranks, padding allocated);
+ZeRO-3 and ZeRO-2 train the single-process weights to float32 rounding; ZeRO-3 all-gathers twice
+as often as ZeRO-2; no process outlives the launch. The episode's fake-process-group cell agrees
+with the memory plan's closed form, and a failing one gives the closed form with a message that
+names the internal APIs.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -25,6 +29,30 @@ from gpucourse.distributed import launch, torchrun
 from gpucourse.distributed import memory_plan, sharded
 from gpucourse.fakecuda import fake_gpu
 from gpucourse.llm import CONFIGS
+from taught import cells, run_marked
+
+EPISODE = "episodes/13-sharding.ipynb"
+WRITEFILE = re.compile(r"^%%writefile \{WORK\}/(?P<name>\w+\.py)\n")
+
+
+def scripts() -> dict[str, str]:
+    """The files the episode's ``%%writefile {WORK}/name.py`` cells write: name -> text."""
+    found = {}
+    for cell in cells(EPISODE):
+        source = "".join(cell["source"])
+        match = WRITEFILE.match(source) if cell["cell_type"] == "code" else None
+        if match:
+            assert match["name"] not in found, f"{match['name']} is written by two cells"
+            found[match["name"]] = source[match.end():] + "\n"
+    return found
+
+
+def write_scripts(folder: Path) -> Path:
+    """Write the episode's scripts into ``folder``, as its cells do; return the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in scripts().items():
+        (folder / name).write_text(text)
+    return folder
 
 
 def child_device(wanted: str) -> str:
@@ -57,9 +85,10 @@ def fsdp_run(tmp_path_factory):
     Under the fake CUDA runtime a rank that opens the GPU fails: before worker_env, dcp.save's
     FileSystemWriter asked for a CUDA stream in every CPU rank (torch.cuda.is_available() was True)."""
     out = tmp_path_factory.mktemp("fsdp")
+    work = write_scripts(out / "work")
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with fake_gpu("T4", 1):                   # a machine with one GPU: the run must stay on the CPU
-        run = launch(torchrun("--standalone", "--nproc-per-node=2", "-m", "gpucourse.distributed.fsdp_train",
+        run = launch(torchrun("--standalone", "--nproc-per-node=2", work / "fsdp_train.py",
                               "--out", out, "--strategies", "zero3,zero2,ddp", "--steps", 3,
                               "--device", "cpu", "--save-at", 2, "--checkpoint", out / "ckpt"),
                      timeout=240, show=False, env=sharded.worker_env("cpu"))
@@ -149,9 +178,18 @@ def test_zero3_gathers_twice_what_zero2_gathers(fsdp_run):
     assert comm["ddp"]["comm"]["all-reduce"]["bytes"] == full       # every gradient, once a step
 
 
-def test_fake_process_group_plan_equals_the_closed_form():
+def episode_shard():
+    """The episode's cells that shard on a fake process group, run here: its function."""
+    namespace = {"torch": torch, "memory_plan": memory_plan}
+    namespace, _ = run_marked(EPISODE, ["fake_pg import FakeStore", "def shard_on_fake_group"],
+                              namespace)
+    return namespace["shard_on_fake_group"]
+
+
+def test_the_episodes_fake_process_group_plan_equals_the_closed_form():
+    shard = episode_shard()
     for name in ("Llama-2-7B", "Llama-3.1-70B"):
-        fake = memory_plan.fake_plan(CONFIGS[name], 64, 0)
+        fake = memory_plan.plan(name, 64, shard)
         closed = memory_plan.closed_form(CONFIGS[name], 64, 0)
         assert fake["how"] == "fake process group"
         assert fake["gathered_size"] == 2        # read from the policy FSDP holds: bfloat16, as in section 1
@@ -161,14 +199,25 @@ def test_fake_process_group_plan_equals_the_closed_form():
     assert math.isclose(closed["held"], closed["parameters"] / 64, rel_tol=0.01)
 
 
-def test_plan_falls_back_with_a_message_when_the_internal_api_moves(monkeypatch):
+def test_plan_falls_back_with_a_message_when_the_internal_api_moves():
     def moved(*args, **kwargs):
         raise ImportError("No module named 'torch.testing._internal.distributed.fake_pg'")
 
-    monkeypatch.setattr(memory_plan, "fake_plan", moved)
-    row = memory_plan.plan("Llama-2-7B", 64)
+    row = memory_plan.plan("Llama-2-7B", 64, moved)
     assert row["how"] == "closed form" and "internal APIs" in row["note"] and "fake_pg" in row["note"]
     assert row["held"] == memory_plan.closed_form(CONFIGS["Llama-2-7B"], 64)["held"]
+    assert "note" not in memory_plan.plan("Llama-2-7B", 64, episode_shard())
+
+
+def test_a_fake_shard_leaves_no_process_group_behind():
+    """The episode shards in the notebook's own process: the fake group must be gone after each
+    plan, or the next plan (and any later run) fails with "already initialized"."""
+    import torch.distributed as dist
+
+    shard = episode_shard()
+    for world in (64, 128):
+        assert memory_plan.plan("Llama-2-7B", world, shard)["how"] == "fake process group"
+        assert not dist.is_initialized()
 
 
 def test_the_70b_plan_goes_below_a_t4_and_the_episode_says_where_from_the_computation():

@@ -10,10 +10,10 @@ script does instead:
 
 ``key_lines("ddp_train")`` returns those blocks, in the order of their numbers, dedented and
 with their line numbers, so the notebook shows the lesson and never the plumbing around it.
-``listing("ddp_train")`` returns them as episodes 9 and 13 list them in a ```python fence:
+``listing("ddp_train")`` returns them as episode 9 lists them in a ```python fence:
 each block under its numbered title, without line numbers. tests/test_distributed.py checks
-that every block episode 9 names is still marked; tests/test_taught_ep09.py and
-tests/test_taught_ep13.py keep each episode's listings equal to ``listing``.
+that every block episode 9 names is still marked; tests/test_taught_ep09.py keeps the
+episode's listings equal to ``listing``. (Episode 13 writes its scripts from its cells.)
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def listing(script: str) -> str:
     ----------
     script : str
         The script's name in ``gpucourse/distributed``, without ``.py``
-        (``"fsdp_train"``).
+        (``"ddp_train"``).
 
     Returns
     -------

@@ -1,14 +1,12 @@
-"""Plan the per-GPU memory of a sharded training job at 64 to 1,024 GPUs, on one CPU process.
+"""Plan the per-GPU memory of a sharded training job at 64 to 1,024 GPUs, in one CPU process.
 
 PyTorch's own tests run FSDP at any world size in one process with a *fake* process group: a
 backend, ``"fake"``, whose collectives return at once, and ``FakeTensorMode``, whose tensors have
 shapes, dtypes and devices but no memory. FSDP2 then shards a 70-billion-parameter model as it
-would on rank ``--rank`` of ``--world`` GPUs, and this script adds up the bytes that rank would
-hold. torchtitan estimates memory this way. Both pieces are internal APIs
-(``torch.testing._internal.distributed.fake_pg``, ``torch._subclasses.fake_tensor``): when they
-move, ``plan`` says so and falls back to the closed form FSDP's sharding implies.
-
-    python -m gpucourse.distributed.memory_plan --world 64 --out plan.json
+would on one rank of 64 or 1,024 GPUs, and ``count`` adds up the bytes that rank would hold. torchtitan estimates memory this way. Episode 13 writes the sharding in a cell
+(``fully_shard`` on fake tensors, on a fake process group); ``count`` reads the shards it made, and
+``plan`` falls back to the closed form FSDP's sharding implies, and says so, when the internal APIs
+it uses (``torch.testing._internal.distributed.fake_pg``, ``torch._subclasses.fake_tensor``) fail.
 
 Per GPU, with AdamW in float32 (episode 5's 16 bytes per parameter, sharded):
 
@@ -25,10 +23,7 @@ Per GPU, with AdamW in float32 (episode 5's 16 bytes per parameter, sharded):
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-from pathlib import Path
 
 from torch import nn
 
@@ -124,76 +119,40 @@ def _gathered_sizes(model) -> set:
     return sizes
 
 
-def fake_plan(c: dict, world: int, rank: int) -> dict:
-    """Shard the model with FSDP2 on a fake process group of ``world`` ranks; count rank ``rank``."""
-    import torch
-    import torch.distributed as dist
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+def count(model, c: dict, world: int) -> dict:
+    """The bytes per GPU of a Llama model of ``c``'s shapes, from ``model``: its root and one decoder
+    layer (``llama(c, layers=1)``) as FSDP2 sharded them for one rank of ``world``, on fake tensors.
 
-    # >>> 1. a process group of `world` ranks in one process: collectives do nothing   (real: torchrun)
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
-    # <<<
-    try:
-        mesh = init_device_mesh("cpu", (world,))
-        # >>> 2. a model with shapes but no memory, sharded as on rank `rank`   (real: real tensors)
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        with FakeTensorMode():
-            model = llama(c, layers=1)
-            for layer in model.layers:
-                fully_shard(layer, mesh=mesh, mp_policy=policy)
-            fully_shard(model, mesh=mesh, mp_policy=policy)
-        # <<<
-        # every decoder layer is sharded on its own and alike: count one, times the layers
-        held_layer = sum(p.to_local().numel() for p in model.layers.parameters())
-        per_layer = sum(p.numel() for p in model.layers.parameters())
-        root = sum(p.numel() for p in model.parameters()) - per_layer       # embeddings, norm, head
-        held_root = sum(p.to_local().numel() for p in model.parameters()) - held_layer
-        n = c["num_hidden_layers"]
-        held, total = held_root + n * held_layer, root + n * per_layer
-        # the bytes of a value FSDP would gather, from the policy each unit was given
-        sizes = _gathered_sizes(model)
-    finally:
-        dist.destroy_process_group()
-    del torch
+    Every decoder layer is sharded on its own and alike, so one layer's shard is counted and
+    multiplied by the number of layers; the bytes of a gathered value are read from the policy each
+    unit was given (bfloat16's 2 under section 1's policy). Which units are gathered at once comes
+    from the closed form (``_bytes``): a fake process group moves no data.
+    """
+    held_layer = sum(p.to_local().numel() for p in model.layers.parameters())
+    per_layer = sum(p.numel() for p in model.layers.parameters())
+    root = sum(p.numel() for p in model.parameters()) - per_layer       # embeddings, norm, head
+    held_root = sum(p.to_local().numel() for p in model.parameters()) - held_layer
+    n = c["num_hidden_layers"]
+    sizes = _gathered_sizes(model)
     if len(sizes) != 1:
         raise ValueError(f"the units would gather values of {sorted(sizes)} bytes; the plan counts one size")
-    return _bytes(held, total, root, per_layer, world, "fake process group", sizes.pop())
+    return _bytes(held_root + n * held_layer, root + n * per_layer, root, per_layer, world,
+                  "fake process group", sizes.pop())
 
 
-def plan(name: str, world: int, rank: int = 0) -> dict:
-    """The fake-process-group plan of ``name`` at ``world``; the closed form, with a note, if it fails."""
+def plan(name: str, world: int, shard=None, rank: int = 0) -> dict:
+    """The plan of ``name`` at ``world`` GPUs from ``shard(config, world, rank)``, which shards the
+    model on a fake process group and returns ``count``'s bytes (episode 13 writes it in a cell);
+    the closed form, with a note that says why, if it fails or is not given."""
     from ..llm import CONFIGS
 
     c = CONFIGS[name]
+    if shard is None:
+        return dict(closed_form(c, world, rank), model=name, rank=rank)
     try:
-        result = fake_plan(c, world, rank)
+        result = shard(c, world, rank)
     except (ImportError, AttributeError, TypeError, RuntimeError, ValueError) as exc:
         result = closed_form(c, world, rank)
         result["note"] = (f"the fake process group failed ({type(exc).__name__}: {exc}); it uses internal APIs "
                           f"({INTERNAL_API}) that this torch may have changed. These figures are the closed form.")
     return dict(result, model=name, rank=rank)
-
-
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--world", type=int, nargs="+", default=[64])
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    p.add_argument("--rank", type=int, default=0, help="whose shard to count (rank 0 holds the most)")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    bad = [w for w in args.world if w < 1 or not 0 <= args.rank < w]
-    if bad:
-        p.error(f"--world {bad}: each world size must be at least 1 and greater than --rank {args.rank}")
-    rows = [plan(name, world, args.rank) for name in args.models for world in args.world]
-    for row in rows:
-        print(f"{row['model']:14} on {row['world']:5,} GPUs ({row['how']}): rank {row['rank']} holds "
-              f"{row['held']:,} of {row['parameters']:,} parameters → {row['per_gpu_bytes'] / 1e9:.2f} GB"
-              + (f"  [{row['note']}]" if "note" in row else ""), flush=True)
-    args.out.write_text(json.dumps(rows, indent=1))
-
-
-if __name__ == "__main__":
-    main()
