@@ -17,7 +17,8 @@ torchao >= 0.4, ``src/peft/import_utils.py`` at v0.18.1 and v0.19.0), and Google
 shipped peft 0.20 with torchao 0.10. The course never replaces what Colab has, so for that one
 error it tells peft, for this call only, that torchao is absent; plain LoRA does not use it
 (in LoRA the only call is ``dispatch_torchao`` in ``peft/tuners/lora/torchao.py``). peft's
-message is printed once per session.
+message is printed once per session. ``plain_lora`` is the same step as a ``with`` block, silent,
+for episode 14, which calls ``get_peft_model`` in its own cell.
 
 ``TokenClock`` takes ``model.generate``'s tokens as a streamer and gives the
 serving metrics by their usual names: time to first token (TTFT), inter-token latency (ITL)
@@ -457,36 +458,30 @@ def device_map_lines(device_map: dict) -> list[str]:
 REPEAT_KV = "sdpa_repeat_kv"
 
 
-class _EqualHeads:
-    """An attention module seen as having as many key/value heads as query heads.
+def sdpa_repeat_kv_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                             **kwargs):
+    """SDPA with each key/value head repeated for its group of query heads.
 
-    transformers' SDPA function asks ``module.num_key_value_groups`` whether to pass
-    ``enable_gqa=True``; after ``repeat_kv`` there is nothing left to group.
+    Episode 14 writes this function in a cell (``sdpa_repeat_kv``) and registers it; episode 10
+    registers this copy through ``attention_implementation`` (tests/test_llm_attention.py keeps
+    the two the same code). The call SDPA then sees has equal head counts and no
+    ``enable_gqa``, which the memory-efficient kernel accepts on GPUs older than Ampere; the
+    result is the same attention as ``"sdpa"`` (tested, with padding and from a cache). The
+    repeat runs on every call, decode steps included: each step writes and reads the layer's
+    whole cache with the query heads' count of heads, a fix for prefill memory that costs
+    decode bytes. ``is_causal`` follows transformers' rule for SDPA: causal only in a prefill
+    without a mask (``sdpa_mask`` leaves the mask out when causality alone is enough).
     """
+    import torch.nn.functional as F
+    from transformers.integrations.sdpa_attention import repeat_kv
 
-    num_key_value_groups = 1
-
-    def __init__(self, module):
-        self._module = module
-
-    def __getattr__(self, name):
-        return getattr(self._module, name)
-
-
-def sdpa_repeat_kv_attention(module, query, key, value, attention_mask, **kwargs):
-    """transformers' SDPA attention with the key/value heads repeated up to the query heads.
-
-    Registered as ``REPEAT_KV`` by ``attention_implementation``. The call SDPA then sees has
-    equal head counts and no ``enable_gqa``, which the memory-efficient kernel accepts on GPUs
-    older than Ampere; the result is the same attention (tested against ``"sdpa"``). The repeat
-    runs on every call, decode steps included: each step writes and reads the layer's whole
-    cache with the query heads' count of heads, a fix for prefill memory that costs decode bytes.
-    """
-    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
-
-    groups = getattr(module, "num_key_value_groups", 1)
+    groups = module.num_key_value_groups
     key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-    return sdpa_attention_forward(_EqualHeads(module), query, key, value, attention_mask, **kwargs)
+    is_causal = attention_mask is None and query.shape[2] > 1   # a prefill, no padding
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                         dropout_p=dropout, scale=scaling,
+                                         is_causal=is_causal)
+    return out.transpose(1, 2).contiguous(), None
 
 
 def register_repeat_kv() -> str:
@@ -661,6 +656,33 @@ def _torchao_hidden_from_peft():
         yield
 
 
+@contextlib.contextmanager
+def plain_lora():
+    """Inside, peft adds plain LoRA layers even beside a torchao it refuses (module docstring).
+
+    peft 0.19 and later raise ``ImportError("Found an incompatible version of torchao ...")``
+    from ``is_torchao_available`` when torchao is older than 0.16 (Colab: peft 0.20, torchao
+    0.10), even for a model without torchao weights. Inside this block that one error reads as
+    "torchao is absent", for LoRA's dispatch only; every other answer and error is peft's own.
+    """
+    from unittest import mock
+
+    import peft.tuners.lora.torchao as lora_torchao
+
+    asked = lora_torchao.is_torchao_available
+
+    def available():
+        try:
+            return asked()
+        except ImportError as exc:
+            if "incompatible version of torchao" in str(exc):
+                return False
+            raise
+
+    with mock.patch.object(lora_torchao, "is_torchao_available", available):
+        yield
+
+
 def lora_model(model, config):
     """``peft.get_peft_model(model, config)``, working around peft's refusal of an old torchao (module docstring)."""
     import_libraries()
@@ -685,7 +707,7 @@ def bitsandbytes_status(on_gpu: bool) -> str | None:
 
     if not on_gpu:
         return ("QLoRA's 4-bit base weights come from bitsandbytes, whose 4-bit kernels run on a CUDA GPU; "
-                "there is none here, so the cell below only shows the configuration.")
+                "there is none here, so only the configuration is shown.")
     if importlib.util.find_spec("bitsandbytes") is None:
         return ("bitsandbytes is not installed. On a GPU runtime, `%pip install bitsandbytes` adds it "
                 "(it replaces nothing Colab has), then run this cell again.")
@@ -695,7 +717,7 @@ def bitsandbytes_status(on_gpu: bool) -> str | None:
 __all__ = ["REPO_ID", "REVISION", "LICENCE", "SMOLLM2_135M", "CONFIGS", "FIT_GPUS", "INT4_UNAVAILABLE",
            "INSTRUCT_REPO_ID", "INSTRUCT_REVISION", "load_chat_model", "TokenClock", "weight_dtype",
            "int4_config", "why_no_int4", "REPEAT_KV", "SDPA_WARNING_HEADERS", "sdpa_repeat_kv_attention",
-           "register_repeat_kv", "attention_implementation", "prefill_backend",
+           "register_repeat_kv", "attention_implementation", "plain_lora", "prefill_backend",
            "does_not_fit", "strip_trigger", "reason_after_header", "sdpa_backend_problem",
            "gpus", "import_libraries", "llama_config", "count_parameters", "load_model", "encode",
            "tensor_bytes", "model_bytes", "aten_calls", "cache_bytes", "device_map_lines", "lora_model", "bitsandbytes_status"]

@@ -330,11 +330,110 @@ def test_the_full_size_cells_catch_out_of_memory(episode, marker):
     assert "llm.does_not_fit(" in source
 
 
-@pytest.mark.parametrize("episode", [EPISODE_10, EPISODE_14], ids=["10", "14"])
-def test_load_model_is_given_the_attention_implementation(episode):
-    first = _cell_with("model, tokenizer, about = llm.load_model(", episode)
+def test_episode_10_loads_the_model_with_the_attention_implementation():
+    first = _cell_with("model, tokenizer, about = llm.load_model(", EPISODE_10)
     assert "attention = llm.attention_implementation(device)" in first
     assert "attn_implementation=attention" in first
+
+
+def test_episode_14_registers_its_attention_function_in_a_cell_and_switches_the_model():
+    source = _cell_with('AttentionInterface.register("sdpa_repeat_kv", sdpa_repeat_kv)', EPISODE_14)
+    assert 'AttentionMaskInterface.register("sdpa_repeat_kv", sdpa_mask)' in source
+    assert "model.set_attn_implementation(attention)" in source
+    assert "llm.attention_implementation" not in "".join(_code_cells(EPISODE_14))
+
+
+def test_episode_14s_attention_function_is_the_helpers():
+    """The function episode 14 writes and registers is the one episode 10 registers."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests"))
+    from taught import assert_same_function
+
+    assert_same_function(EPISODE_14, "sdpa_repeat_kv", llm.sdpa_repeat_kv_attention)
+
+
+def _cell_choice(device_type: str, usable_grouped: list) -> str:
+    """What episode 14's registration cell chooses, given the probe's grouped-heads column."""
+    source = _cell_with('AttentionInterface.register("sdpa_repeat_kv", sdpa_repeat_kv)', EPISODE_14)
+    lines = [line for line in source.splitlines()
+             if line.startswith(("grouped_fused = ", "attention = "))]
+    namespace = {"usable": {"grouped (GQA)": usable_grouped}, "SDPBackend": SDPBackend,
+                 "device": torch.device(device_type)}
+    exec("\n".join(lines), namespace)
+    return namespace["attention"]
+
+
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+@pytest.mark.parametrize("model", ["T4", "A100", "H100", "L4"])
+@pytest.mark.parametrize("torch_version", ["2.11.0+cu128", "2.13.0+cu130"])
+def test_episode_14s_choice_from_its_probe_is_episode_10s_from_the_table(monkeypatch, model,
+                                                                         torch_version):
+    """Where the probe finds what the feasibility table says, the cell and
+    llm.attention_implementation choose the same attention."""
+    from gpucourse import feasibility
+
+    monkeypatch.setattr(torch, "__version__", torch_version)
+    with fake_gpu(model):
+        capability = tuple(torch.cuda.get_device_capability())
+        helper = llm.attention_implementation(torch.device("cuda"))
+    probe = [SDPBackend.MATH] + [BACKENDS[b] for b in
+                                 feasibility.gqa_fused_backends(capability, torch_version)]
+    assert _cell_choice("cuda", probe) == helper
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "mps"])
+def test_episode_14_keeps_sdpa_off_cuda_as_episode_10_does(device_type):
+    assert _cell_choice(device_type, [SDPBackend.MATH]) == "sdpa"
+    assert llm.attention_implementation(device_type) == "sdpa"
+
+
+def test_episode_14_calls_get_peft_model_in_its_cell():
+    source = _cell_with("get_peft_model(student, lora_config)", EPISODE_14)
+    assert "with llm.plain_lora():" in source and "llm.lora_model" not in source
+
+
+def _refusing_peft(monkeypatch, message):
+    import peft.tuners.lora.torchao as lora_torchao
+
+    def refuse():
+        raise ImportError(message)
+    monkeypatch.setattr(lora_torchao, "is_torchao_available", refuse)
+
+
+def _tiny_model():
+    llm.import_libraries()
+    from transformers import LlamaForCausalLM
+
+    return LlamaForCausalLM(llm.llama_config(
+        "SmolLM2-135M", num_hidden_layers=1, hidden_size=64, intermediate_size=64,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=64))
+
+
+def test_plain_lora_lets_peft_add_lora_beside_a_torchao_it_refuses(monkeypatch, capsys):
+    """Colab's peft 0.20 with torchao 0.10: without plain_lora, get_peft_model fails."""
+    from peft import LoraConfig, get_peft_model
+
+    _refusing_peft(monkeypatch, "Found an incompatible version of torchao. Found version "
+                                "0.10.0, but only versions above 0.16.0 are supported")
+    config = LoraConfig(r=2, target_modules=["q_proj"])
+    with pytest.raises(ImportError, match="incompatible version of torchao"):
+        get_peft_model(_tiny_model(), config)
+    with llm.plain_lora():
+        model = get_peft_model(_tiny_model(), config)
+    assert model.get_nb_trainable_parameters()[0] == 2 * (64 + 64)
+    assert capsys.readouterr().out == ""
+
+
+def test_plain_lora_leaves_other_import_errors_to_peft(monkeypatch):
+    from peft import LoraConfig, get_peft_model
+
+    _refusing_peft(monkeypatch, "No module named 'torchao.dtypes'")
+    with pytest.raises(ImportError, match="torchao.dtypes"):
+        with llm.plain_lora():
+            get_peft_model(_tiny_model(), LoraConfig(r=2, target_modules=["q_proj"]))
 
 
 def test_int4_copy_is_loaded_only_where_int4_can_run():
