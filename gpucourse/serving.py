@@ -296,6 +296,28 @@ def prefix_hit_tokens(manager) -> int | None:
     return getattr(cache, "_total_prefix_length", None)
 
 
+def collect(manager, request_ids, timeout: float = 600) -> list:
+    """The finished outputs of ``request_ids``, in that order.
+
+    ``manager.get_result(request_id=...)`` returns None (and puts the result back) when another
+    request's output is first in the queue, so results are taken as they come.
+    """
+    waiting, done = set(request_ids), {}
+    deadline = time.monotonic() + timeout
+    while waiting:
+        left = deadline - time.monotonic()
+        output = manager.get_result(timeout=max(0.0, min(left, 5.0)))
+        if output is None:
+            if left <= 0:
+                raise TimeoutError(f"{len(waiting)} of {len(request_ids)} requests not finished "
+                                   f"after {timeout:.0f} s")
+            continue
+        if output.request_id in waiting and output.is_finished():
+            waiting.discard(output.request_id)
+            done[output.request_id] = output
+    return [done[i] for i in request_ids]
+
+
 def fits_the_cache(prompt_tokens: int, new_tokens: int, pages: int, page_size: int) -> None:
     """Refuse a request that no amount of waiting lets the cache hold, naming the sizes."""
     need = -(-(prompt_tokens + new_tokens) // page_size)

@@ -527,8 +527,12 @@ def _q4_mistakes(case) -> dict:
                                                                tpot_rule="per token"),
         "TPOT divides the time after the first token by tokens − 1 (the gaps), not by the tokens.":
             _report(records, slo_ttft, slo_tpot, duration, tpot_rule="gaps by tokens"),
-        "you took the 99th percentile by the nearest rank; use numpy's percentile (linear between ranks), as "
-        "vllm bench serve does.": _report(records, slo_ttft, slo_tpot, duration, method="lower"),
+        "you took the value at the rank below the 99th percentile (numpy's method='lower'); use numpy's "
+        "default, linear between ranks, as vllm bench serve does.":
+            _report(records, slo_ttft, slo_tpot, duration, method="lower"),
+        "you took the 99th percentile by the nearest rank (the ⌈0.99·n⌉-th smallest); use numpy's default, "
+        "linear between ranks, as vllm bench serve does.":
+            _report(records, slo_ttft, slo_tpot, duration, method="inverted_cdf"),
         "that is the 95th percentile; asked is the 99th.": _report(records, slo_ttft, slo_tpot, duration,
                                                                    quantile=95),
         "that is the median (50th percentile); asked is the 99th.":
@@ -653,7 +657,7 @@ def _check_capacity(max_users, max_rate):
     }, lambda c: f"max_rate({c[0]}, {c[1]})", "requests/s", whole=False)
     users = _users(12 * 2**30, Q5_CONFIGS["SmolLM2-135M"], 2048, 2)
     return (f"right on {len(results)} models and {len(rates)} rates. SmolLM2-135M at 2,048 tokens each: "
-            f"{users:,} users in 12 GiB of cache; with 2 s per request they sustain {users / 2:,.0f} "
+            f"{users:,} users in 12 GiB of cache; with 2 s per request they sustain {users / 2:,.1f} "
             "requests/s, if the GPU can decode that many tokens a step (the bandwidth floor of episode 10).")
 
 
