@@ -3,8 +3,9 @@
 PyTorch's own tests run FSDP at any world size in one process with a *fake* process group: a
 backend, ``"fake"``, whose collectives return at once, and ``FakeTensorMode``, whose tensors have
 shapes, dtypes and devices but no memory. FSDP2 then shards a 70-billion-parameter model as it
-would on one rank of 64 or 1,024 GPUs, and ``count`` adds up the bytes that rank would hold. torchtitan estimates memory this way. Episode 13 writes the sharding in a cell
-(``fully_shard`` on fake tensors, on a fake process group); ``count`` reads the shards it made, and
+would on one rank of 64 or 1,024 GPUs, and ``count`` adds up the bytes that rank would hold
+(torchtitan estimates memory this way). Episode 13 writes the sharding in a cell (``fully_shard``
+on fake tensors, on a fake process group); ``count`` reads the shards it made, and
 ``plan`` falls back to the closed form FSDP's sharding implies, and says so, when the internal APIs
 it uses (``torch.testing._internal.distributed.fake_pg``, ``torch._subclasses.fake_tensor``) fail.
 
