@@ -148,3 +148,45 @@ def has_tensorflow() -> bool:
         print(MISSING_TENSORFLOW)
         return False
     return True
+
+
+#: Where Keras 3 reads its backend: the environment variable, once, at its first import.
+KERAS_BACKEND_VARIABLE = "KERAS_BACKEND"
+
+
+def _quiet_tensorflow() -> None:
+    """Import an installed TensorFlow now, quietly: Keras imports it on any backend where it is
+    installed (to seed its random numbers, for ``tf.data``), and its C++ start-up lines would
+    land in a later cell's output."""
+    try:
+        import_tensorflow()
+    except ImportError:
+        pass
+
+
+def keras_backend() -> tuple[str, str]:
+    """(backend, why): the backend Keras 3 should run on here, to set ``KERAS_BACKEND``.
+
+    * ``KERAS_BACKEND`` already set (by the learner, or the course's GPU check, which
+      records episode 4 through PyTorch) wins;
+    * where Keras is imported already, its backend is fixed for this process;
+    * else TensorFlow where it imports here, and PyTorch where it does not (a PyTorch-only
+      GPU node, a Python or a Mac TensorFlow does not support).
+    """
+    chosen = os.environ.get(KERAS_BACKEND_VARIABLE)
+    if "keras" in sys.modules:
+        backend = sys.modules["keras"].backend.backend()
+        return backend, "Keras was imported already: restart the kernel to change it"
+    if chosen:
+        if chosen != "tensorflow" and importlib.util.find_spec("tensorflow") is not None:
+            _quiet_tensorflow()
+        return chosen, f"{KERAS_BACKEND_VARIABLE} was set to {chosen!r} before this cell"
+    try:
+        import_tensorflow()
+    except ModuleNotFoundError as exc:
+        if exc.name != "tensorflow":
+            raise
+        return "torch", "TensorFlow is not installed here, so Keras runs on PyTorch"
+    except ImportError as exc:   # installed, but it cannot load here (a broken plugin)
+        return "torch", f"TensorFlow is installed but does not load ({exc}), so Keras runs on PyTorch"
+    return "tensorflow", "TensorFlow is installed here"

@@ -49,8 +49,10 @@ def figure_cell(name: str, expression: str) -> str:
 def test_the_wheel_list_is_pinned_and_agrees_with_requirements():
     pins = {p["name"]: p for p in gpu_bundle.read_requirements()}
     assert {"nbclient", "nbformat", "ipykernel", "jupyter-client", "pyzmq", "uproot", "awkward"} <= set(pins)
-    assert not {"torch", "tensorflow", "keras", "xgboost", "debugpy", "jedi"} & set(pins)
+    assert not {"torch", "tensorflow", "xgboost", "debugpy", "jedi", "scipy", "triton"} & set(pins)
     assert pins["nbclient"]["group"] == "runner" and pins["uproot"]["group"] == "course"
+    # Keras 3 runs episode 4 on PyTorch where a GPU node has neither TensorFlow nor Keras
+    assert pins["keras"]["group"] == "keras" and pins["matplotlib"]["group"] == "plots"
     required = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s;#]+)", (ROOT / "requirements.txt").read_text(), re.M))
     for name, version in required.items():
         name = gpu_bundle.normalize(name)
@@ -408,6 +410,11 @@ def test_a_bare_node_runs_the_check_with_the_bundle(tmp_path, bare_python, bundl
                     "assert os.environ['GPUCOURSE_QUICK'] == '1'"),
            notebook(tmp_path / "course.ipynb", "import uproot, awkward, requests, torchao",
                     figure_cell("ep99.torchao_minor", "int(torchao.__version__.split('.')[1])")),
+           # what a GPU image lacks first: plots, tables, progress bars, and Keras on torch
+           notebook(tmp_path / "plots.ipynb", "import matplotlib.pyplot as plt, pandas, tqdm, keras",
+                    "from gpucourse import reference\n"
+                    "reference.path_taken('ep99.keras_backend', keras.backend.backend())",
+                    "plt.plot([1, 2]); pandas.DataFrame({'a': [1]})"),
            notebook(tmp_path / "needs_tf.ipynb", figure_cell("ep99.before_tf", "1"), "import tensorflow")]
     done = subprocess.run([*check, "--bundle", str(bundle_here), "--out", str(tmp_path / "out"),
                            "--only", *map(str, nbs)], env=env, capture_output=True, text=True, timeout=600)
@@ -417,7 +424,9 @@ def test_a_bare_node_runs_the_check_with_the_bundle(tmp_path, bare_python, bundl
     assert path.name.endswith("-quick.json") and record["mode"] == "quick"
     outcomes = {n["notebook"]: (n["outcome"], n.get("needs")) for n in record["notebooks"]}
     assert outcomes == {"figures.ipynb": ("ok", None), "course.ipynb": ("ok", None),
-                        "needs_tf.ipynb": ("incomplete", "tensorflow")}
+                        "plots.ipynb": ("ok", None), "needs_tf.ipynb": ("incomplete", "tensorflow")}
+    plots = next(n for r in record["runs"] for n in r["notebooks"] if n["notebook"] == "plots.ipynb")
+    assert plots["path"]["ep99.keras_backend"] == {"value": "torch"}   # the check's default
     assert {n: f["value"] for n, f in record["figures"].items()} == {
         "ep99.quick_sum": 3.0, "ep99.torchao_minor": 10, "ep99.before_tf": 1}
     software = record["software"]

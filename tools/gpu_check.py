@@ -220,25 +220,28 @@ def _code_cells(path: Path) -> list[str]:
 
 
 def notebook_imports(path: Path) -> set[str]:
-    """The top-level modules ``path``'s code cells import, and those its helpers import for it
-    (``HELPER_IMPORTS``); the standard library and the course's own package left out."""
+    """The top-level modules ``path``'s code cells import unconditionally (at a cell's top
+    level: an import inside ``try``, ``if`` or a function is the notebook's own fallback),
+    and those its helpers import for it (``HELPER_IMPORTS``); the standard library, the
+    course's own package and modules the notebook writes itself left out."""
     import ast
 
-    found = set()
-    for source in _code_cells(path):
+    found, sources = set(), _code_cells(path)
+    for source in sources:
         lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
         try:
             tree = ast.parse("\n".join(lines))
         except SyntaxError:
             continue
-        for node in ast.walk(tree):
+        for node in tree.body:
             if isinstance(node, ast.Import):
                 found.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 found.add(node.module.split(".")[0])
-    slug = path.stem
-    found.update(HELPER_IMPORTS.get(slug, ()))
-    return {m for m in found if m not in STDLIB and m != "gpucourse"}
+    found.update(HELPER_IMPORTS.get(path.stem, ()))
+    written = "\n".join(sources)
+    return {m for m in found if m not in STDLIB and m != "gpucourse"
+            and not re.search(rf"\b{re.escape(m)}\.py(?![A-Za-z0-9_])", written)}
 
 
 def imported_modules(paths: list[Path]) -> set[str]:
