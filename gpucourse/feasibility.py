@@ -651,12 +651,13 @@ def rows_that_stop(notebook: Path, gpu: dict, torch_version: str) -> list[Row]:
 
 # --------------------------------------------------------------------------- serving (episode 15)
 
-SERVING_GPUS = ("T4", "L4", "H100 SXM")
+SERVING_GPUS = ("T4", "L4", "H100 80GB")
 
 
-def serving_capacity(model: str = "SmolLM2-135M", context: int = 2048, output_tokens: int = 256,
+def serving_capacity(config: dict, context: int = 2048, output_tokens: int = 256,
                      gpus=SERVING_GPUS, dtype_bytes: int = 2) -> list[dict]:
-    """How many users of ``context`` tokens each GPU serves, by memory and by bandwidth.
+    """How many users of ``context`` tokens each GPU serves a Llama-type model (``config``), by
+    memory and by bandwidth.
 
     ``users`` (L_max): the users whose KV caches fit in :data:`FIT_FRACTION` of the GPU's memory
     after the 16-bit weights. ``step_ms``: the bandwidth floor of one decode step with all of them
@@ -664,19 +665,18 @@ def serving_capacity(model: str = "SmolLM2-135M", context: int = 2048, output_to
     ``tokens_per_s``: users / step. ``max_rate``: Little's law, λ_max = L_max / W, with W the
     time to write ``output_tokens`` at that step time.
     """
-    from . import llm
+    from .reference import gpu_model
 
-    config = llm.CONFIGS[model]
     per_token = kv_cache_bytes(1, 1, config["num_hidden_layers"], config["num_key_value_heads"],
                                config["head_dim"], dtype_bytes)
     weights = dtype_bytes * llama_parameters(config)
-    table = llm.gpus()
     rows = []
-    for name in gpus:
-        gpu = table[name]
-        users = max(0, int(gpu["memory_bytes"] * FIT_FRACTION - weights) // (per_token * context))
-        step_s = (weights + users * context * per_token) / (gpu["bandwidth_gbs"] * 1e9)
-        rows.append({"gpu": name, "users": users, "kv_bytes_per_token": per_token,
+    for key in gpus:
+        gpu = gpu_models()[key]
+        bandwidth = gpu_model(gpu["name"])[1]["memory_gbs"] * 1e9
+        users = max(0, int(gpu["total_memory"] * FIT_FRACTION - weights) // (per_token * context))
+        step_s = (weights + users * context * per_token) / bandwidth
+        rows.append({"gpu": key, "users": users, "kv_bytes_per_token": per_token,
                      "step_ms": step_s * 1e3, "tokens_per_s": users / step_s,
                      "max_rate": users / (output_tokens * step_s)})
     return rows

@@ -65,13 +65,15 @@ def test_a_request_the_cache_can_never_hold_is_refused_with_its_sizes():
 
 
 def test_capacity_rows():
-    rows = {r["gpu"]: r for r in feasibility.serving_capacity("SmolLM2-135M", context=2048)}
+    from gpucourse import llm
+
+    rows = {r["gpu"]: r for r in feasibility.serving_capacity(llm.CONFIGS["SmolLM2-135M"], context=2048)}
     assert rows["T4"]["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 2
-    assert 0 < rows["T4"]["users"] < rows["L4"]["users"] < rows["H100 SXM"]["users"]
+    assert 0 < rows["T4"]["users"] < rows["L4"]["users"] < rows["H100 80GB"]["users"]
     # Little's law: the rate that keeps L_max users busy for 256 tokens each
     for row in rows.values():
         assert row["max_rate"] == pytest.approx(row["users"] / (256 * row["step_ms"] / 1e3))
-    bigger = {r["gpu"]: r for r in feasibility.serving_capacity("Llama-3.2-1B", context=2048)}
+    bigger = {r["gpu"]: r for r in feasibility.serving_capacity(llm.CONFIGS["Llama-3.2-1B"], context=2048)}
     assert bigger["T4"]["users"] < rows["T4"]["users"]
 
 
