@@ -99,8 +99,8 @@ def run_mode(gpu_available: bool) -> str:
 def describe_mode(mode: str) -> str:
     """One sentence telling the learner what ``mode`` means for this run."""
     texts = {
-        "quick": "quick mode (GPUCOURSE_QUICK=1): tiny sizes that only check that every cell runs; "
-        "numbers printed here say nothing about speed.",
+        "quick": "smallest sizes: every cell runs, on sizes too small for the figures printed "
+        "to say anything about speed.",
         "reduced": "reduced mode: no GPU was found, so sizes are cut down to finish on a laptop CPU "
         "in a few minutes.",
         "full": "full mode: a GPU was found, so the episode runs at full size.",
@@ -113,7 +113,7 @@ def describe_mode(mode: str) -> str:
 #: One JSON file per episode (``ep01.json``): ``{"full": {...}, "reduced": {...}, "quick": {...}}``.
 SIZES_DIR = Path(__file__).parent / "sizes"
 
-_SHORT = {"quick": "quick mode (tiny sizes, for tests)",
+_SHORT = {"quick": "smallest sizes (every cell runs; no speed figures)",
           "reduced": "reduced mode (no CUDA GPU: laptop sizes)",
           "full": "full mode (a GPU: full sizes)"}
 
