@@ -50,6 +50,27 @@ class ServerError(RuntimeError):
     """The server did not start or stopped; the message names the cause in one sentence."""
 
 
+# --------------------------------------------------------------------------- the version it needs
+
+#: The first transformers with ContinuousBatchingConfig and `transformers serve --cb-*` and /v1/completions.
+NEEDS_TRANSFORMERS = (5, 15)
+
+
+def require_transformers(version: str | None = None) -> str:
+    """The installed transformers' version; a one-sentence RuntimeError where it is too old."""
+    if version is None:
+        import transformers
+        version = transformers.__version__
+    release = tuple(int(part) for part in version.split(".")[:2])
+    if release < NEEDS_TRANSFORMERS:
+        raise RuntimeError(
+            f"This episode needs transformers 5.15 or newer (ContinuousBatchingConfig, and "
+            f"`transformers serve` with /v1/completions and its --cb-* options); this runtime has "
+            f"{version} (Kaggle's image has 5.0): run  pip install -U \"transformers>=5.15\"  "
+            "in a new session, then Run all again.")
+    return version
+
+
 # --------------------------------------------------------------------------- the model folder
 
 def _write_stand_in(folder: Path, layers: int) -> None:

@@ -86,3 +86,11 @@ def test_the_receipt_and_the_benchmark_command(tmp_path):
                            bandwidth_gbs=320, weight_bytes=320_000_000)
     assert made["goodput"] == 3.5 and made["bandwidth_utilisation_estimate"] == pytest.approx(0.1)
     assert "No GPU has run vLLM" in serving.vllm_receipt_line()
+
+
+def test_an_old_transformers_is_named_in_one_sentence():
+    assert serving.require_transformers("5.15.0") == "5.15.0"
+    assert serving.require_transformers("6.0.1") == "6.0.1"
+    with pytest.raises(RuntimeError, match=r"needs transformers 5.15 or newer.*has 5.0.0.*pip install -U") as caught:
+        serving.require_transformers("5.0.0")
+    assert "\n" not in str(caught.value)
