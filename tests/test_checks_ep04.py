@@ -572,3 +572,102 @@ def test_q1_an_answer_that_never_returns_is_stopped(monkeypatch):
             width -= 0
         return (height, width, filters), 0
     assert_wrong(ep04.q1, (loops,), ["did not return within 1 s", "loop that never ends"])
+
+
+# ---------------------------------------------------------------- q2 on Keras's PyTorch backend
+
+Q2_TORCH_SCRIPT = r'''
+import json, os, sys
+os.environ["KERAS_BACKEND"] = "torch"
+import keras, numpy as np, torch
+from gpucourse.checks import ep04
+from gpucourse.exercises import ____
+
+def kind(name):
+    k = str(name).rsplit("device:", 1)[-1].split(":")[0].upper()
+    return "GPU" if k == "CUDA" else k
+
+def right(x):
+    with keras.device("cpu:0"):
+        x64 = keras.ops.cast(x, "float64")
+        return x64 @ keras.ops.transpose(x64)
+
+def right_torch(x):                       # plain torch, pinned to the CPU
+    x64 = x.to("cpu", torch.float64)
+    return x64 @ x64.T
+
+def unpinned(x):                          # follows Keras's current device
+    x64 = keras.ops.cast(x, "float64")
+    return x64 @ keras.ops.transpose(x64)
+
+def unpinned_ops(x):                      # every step through Keras, none pinned
+    x64 = keras.ops.convert_to_tensor(x, dtype="float64")
+    return keras.ops.matmul(x64, keras.ops.transpose(x64))
+
+def float32_then_cast(x):
+    with keras.device("cpu:0"):
+        x = keras.ops.convert_to_tensor(x)
+        return keras.ops.cast(x @ keras.ops.transpose(x), "float64")
+
+def float32(x):
+    with keras.device("cpu:0"):
+        x = keras.ops.convert_to_tensor(x)
+        return x @ keras.ops.transpose(x)
+
+def transposed_first(x):
+    with keras.device("cpu:0"):
+        x64 = keras.ops.cast(x, "float64")
+        return keras.ops.transpose(x64) @ x64
+
+def as_numpy(x):
+    return keras.ops.convert_to_numpy(right(x))
+
+def blank(x):
+    return ____
+
+def cuda_kind(name):
+    return str(name).split(":")[0].upper()
+
+cases = {"right": (right, kind), "right_torch": (right_torch, kind), "unpinned": (unpinned, kind), "unpinned_ops": (unpinned_ops, kind),
+         "float32_then_cast": (float32_then_cast, kind), "float32": (float32, kind),
+         "transposed": (transposed_first, kind), "numpy": (as_numpy, kind), "blank": (blank, kind),
+         "cuda_kind": (right, cuda_kind), "blank_kind": (right, lambda name: ____)}
+print(json.dumps({k: list(ep04.q2.outcome(*v)) for k, v in cases.items()}))
+'''
+
+
+@pytest.fixture(scope="module")
+def q2_on_torch():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", Q2_TORCH_SCRIPT], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_q2_on_pytorch_right_answers_pass(q2_on_torch):
+    for name in ("right", "right_torch"):
+        assert q2_on_torch[name][0] == "correct", q2_on_torch[name]
+    assert "keras.device('meta')" in q2_on_torch["right"][1]
+
+
+def test_q2_on_pytorch_stubs_are_not_done(q2_on_torch):
+    for name in ("blank", "blank_kind"):
+        assert q2_on_torch[name][0] == "not-done", q2_on_torch[name]
+
+
+@pytest.mark.parametrize("name, words", [
+    ("unpinned", ["follows the caller's device", "stand-in for a GPU", "the cast included"]),
+    ("unpinned_ops", ["computed on meta", "stood PyTorch's 'meta' device", "keras.device"]),
+    ("float32_then_cast", ["multiplied in float32 and cast to float64 afterwards"]),
+    ("float32", ["is float32", "float64"]),
+    ("transposed", ["xᵀ @ x"]),
+    ("numpy", ["NumPy array", ".device"]),
+    ("cuda_kind", ["torch calls an NVIDIA GPU 'cuda'", "'GPU'"]),
+])
+def test_q2_on_pytorch_mistakes_are_named(q2_on_torch, name, words):
+    result, message = q2_on_torch[name]
+    assert result == "wrong", (result, message)
+    assert all(w.lower() in message.lower() for w in words), message

@@ -14,7 +14,14 @@ Every check calls the learner's function on fixtures of its own, several of them
 constant, or an answer right for one case only, cannot pass; it recomputes what the right result
 is rather than trusting numbers it is handed.
 
-How ``q2`` sees placement on a machine without a GPU: it calls ``cpu_reference`` inside
+``q2`` follows Keras's backend (``keras.backend.backend()`` of the Keras the notebook imported).
+On PyTorch it calls ``cpu_reference`` inside ``keras.device(<a GPU>)``: ``cuda:0`` where one exists,
+with ``x`` on it; elsewhere PyTorch's ``meta`` device, which holds shapes but no data, stands in for
+the GPU, so that work Keras places by its current device lands there and shows in
+``result.device``. Without a GPU the check cannot see an answer that only follows ``x``'s device
+(``x.double() @ x.double().T`` with ``x`` on the CPU): such an answer is caught where a GPU exists.
+
+How ``q2`` sees placement on TensorFlow on a machine without a GPU: it calls ``cpu_reference`` inside
 ``with tf.device(<GPU>)`` with soft placement switched off. On a GPU machine an operation that is
 not pinned to the CPU runs on the GPU, and ``result.device`` says so; without a GPU the same
 operation cannot be placed and TensorFlow raises, instead of silently falling back. A second call
@@ -413,7 +420,110 @@ def _check_device_type(device_type, extra_names) -> None:
         raise Wrong(f"{what} returned {got!r}, expected {expected!r}: the kind of device follows 'device:' in the name.")
 
 
+def _keras_backend() -> str:
+    """The backend of the Keras the notebook imported ("tensorflow" where none is imported)."""
+    import sys
+
+    keras = sys.modules.get("keras")
+    return keras.backend.backend() if keras is not None else "tensorflow"
+
+
+#: torch's device names and the kind of device in each.
+Q2_TORCH_NAMES = [("cuda:0", "GPU"), ("cpu", "CPU"), ("cuda:1", "GPU"), ("cuda", "GPU")]
+
+
+def _q2_torch_result_mistake(result, x: np.ndarray, what: str, outer: str) -> str | None:
+    import torch
+
+    n, m = x.shape
+    if isinstance(result, np.ndarray):
+        return (f"{what} returns a NumPy array: return the tensor itself, whose .device records where it "
+                "was computed (converting it forgets that).")
+    if not isinstance(result, torch.Tensor):
+        return f"{what} should return a tensor, got {describe(result)}."
+    if result.device.type != "cpu":
+        stand_in = (" (the check stood PyTorch's 'meta' device, which holds no data, in for a GPU)"
+                    if outer == "meta" else "")
+        return (f"{what} was computed on {result.device}, the device the caller chose{stand_in}, not on the "
+                "CPU. Put all of its work inside `with keras.device(\"cpu:0\"):`.")
+    shape = tuple(result.shape)
+    if shape != (n, n):
+        if shape == (m, m) and m != n:
+            return (f"for x of shape {x.shape}, {what} has shape {shape}: that is xᵀ @ x. The exercise asks "
+                    f"for x @ xᵀ, shape ({n}, {n}).")
+        return (f"for x of shape {x.shape}, {what} has shape {shape}, expected ({n}, {n}) = x @ xᵀ: "
+                "compute it from the argument x.")
+    if result.dtype != torch.float64:
+        if result.dtype == torch.float32:
+            return (f"{what} is float32: the reference should be float64. Cast x to float64 first "
+                    "(inside the CPU scope), then multiply.")
+        return f"{what} has dtype {str(result.dtype).replace('torch.', '')}, expected float64."
+    got = result.detach().numpy()
+    x64 = x.astype(np.float64)
+    if np.allclose(got, x64 @ x64.T, rtol=1e-10, atol=1e-12):
+        return None
+    x32 = torch.from_numpy(x)
+    in32 = (x32 @ x32.T).double().numpy()
+    size = np.abs(x64)
+    if np.all(np.abs(got - in32) <= 2 * (m + 1) * 2.0 ** -24 * (size @ size.T)):
+        return (f"{what} was multiplied in float32 and cast to float64 afterwards: that keeps float32's "
+                "rounding. Cast x to float64 first, then multiply.")
+    return f"{what} does not hold x @ xᵀ for the x the check passed: compute it from the argument x."
+
+
+def _check_q2_torch(cpu_reference, device_type):
+    import keras
+    import torch
+
+    outer = "cuda:0" if torch.cuda.is_available() else "meta"
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal(shape).astype(np.float32) for shape in Q2_SHAPES]
+    results = []
+    for x in xs:
+        what = f"cpu_reference(x) for x of shape {x.shape}"
+        tensor = torch.from_numpy(x).to("cuda:0") if outer != "meta" else torch.from_numpy(x)
+        try:
+            with answer_deadline(what), keras.device(outer):
+                result = cpu_reference(tensor)
+        except (NotDone, Wrong):
+            raise
+        except Exception as exc:
+            if _mentions_blank(exc):
+                raise NotDone(f"{what} still uses ____: replace it with your code.") from None
+            raise Wrong(error_message(what, exc)) from None
+        mistake = _q2_torch_result_mistake(require_answer(result, what), x, what, outer)
+        if mistake and outer == "meta" and mistake.endswith("compute it from the argument x."):
+            with answer_deadline(what), keras.device("cpu:0"):
+                again = cpu_reference(torch.from_numpy(x))
+            if _q2_torch_result_mistake(again, x, what, "cpu") is None:   # right when the caller is the CPU
+                raise Wrong(f"part of {what}'s work follows the caller's device: inside "
+                            "keras.device('meta'), the check's stand-in for a GPU (it holds no data), its "
+                            "result comes back wrong, and right inside keras.device('cpu:0'). Put all of its "
+                            "work, the cast included, inside `with keras.device(\"cpu:0\"):`.")
+        if mistake:
+            raise Wrong(mistake)
+        results.append(result)
+    names = Q2_TORCH_NAMES + [(results[0].device, "CPU"), (torch.device("cuda", 2), "GPU")]
+    for name, expected in names:
+        what = f"device_type({str(name)!r})"
+        got = _call(device_type, name, what=what)
+        if isinstance(got, str) and got.upper() == expected:
+            continue
+        if isinstance(got, str) and got.upper() in ("CUDA", "CUDA:0") and expected == "GPU":
+            raise Wrong(f"{what} returned {got!r}: torch calls an NVIDIA GPU 'cuda'; return the kind of "
+                        "device, 'GPU'.")
+        if not isinstance(got, str):
+            raise Wrong(f"{what} should return the text 'CPU' or 'GPU', got {describe(got)}.")
+        raise Wrong(f"{what} returned {got!r}, expected {expected!r}.")
+    return (f"cpu_reference ran on {results[0].device} even inside `keras.device('{outer}')`, and "
+            "device_type reads the kind of device from torch's names.")
+
+
 def _check_q2(cpu_reference, device_type):
+    if _keras_backend() == "torch":
+        require_function(cpu_reference, "cpu_reference")
+        require_function(device_type, "device_type")
+        return _check_q2_torch(cpu_reference, device_type)
     from ..frameworks import import_tensorflow
 
     tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
