@@ -190,3 +190,18 @@ def test_the_answers_summary_follows_the_recorded_ratio():
     summary = answer.splitlines()[0]
     ratio = recorded_decode_figures()["ratio"]
     assert ("more than 100 ×" in summary) == (ratio > 100), (summary, ratio)
+
+
+def test_the_weights_table_has_no_empty_header_cell():
+    """The built page's tables are read by screen readers: pandas' Styler heads its index with
+    an empty corner cell (axe-core: empty-table-header), so the names are a column instead."""
+    import pandas as pd
+
+    namespace = {"llm": llm, "pd": pd}
+    exec(cell('set_caption("weights in GB'), namespace)
+    html = namespace["table"].style.hide(axis="index").to_html()
+    source = cell('set_caption("weights in GB')
+    assert 'hide(axis="index")' in source
+    headers = re.findall(r"<th(?:\s[^>]*)?>(.*?)</th>", html, re.S)
+    assert headers and all(h.replace("&nbsp;", "").strip() for h in headers), headers
+    assert "model" in headers
