@@ -655,5 +655,8 @@ def t4_reveal(name: str, unit: str = "", *, predicted=None, basis: str = "") -> 
     if ran is not None and t4 is None:
         record, value = ran
         gpu = record["hardware"]["gpu_name"]
-        print(f"  Recorded on {gpu}, {record['date']}: {_format(value, unit)}. "
-              f"What differs: {what_differs(gpu)}.")
+        same = bands().get("absolute", {}).get(name.split(".", 1)[-1])
+        differs = ("nothing that changes this figure, the same on every GPU ("
+                   f"{same['why'].removesuffix('; the same on every GPU')})" if same
+                   else what_differs(gpu))
+        print(f"  Recorded on {gpu}, {record['date']}: {_format(value, unit)}. What differs: {differs}.")
