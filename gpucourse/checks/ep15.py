@@ -16,6 +16,7 @@ invariant that broke.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from collections import OrderedDict
@@ -49,6 +50,31 @@ def _static(lengths, batch):
     return sum(max(lengths[i:i + batch]) for i in range(0, len(lengths), batch))
 
 
+def _slot_ends(lengths, batch, *, first_static=False):
+    """The step at which each slot frees, in the order the slots were last given a request, and the
+    end of the request given last (the right count is the latest of the slots)."""
+    start = max(lengths[:batch]) if first_static else 0
+    slots = [start] * min(batch, len(lengths))
+    last = 0
+    for length in lengths[batch:] if first_static else lengths:
+        last = heapq.heappop(slots) + length
+        heapq.heappush(slots, last)
+    return slots, last
+
+
+def _one_join_per_step(lengths, batch):
+    """Steps when at most one waiting request joins per step (after the first step's full batch)."""
+    waiting, running, steps = list(lengths), [], 0
+    while waiting or running:
+        joined = 0
+        while waiting and len(running) < batch and (steps == 0 or joined == 0):
+            running.append(waiting.pop(0))
+            joined += 1
+        steps += 1
+        running = [r - 1 for r in running if r > 1]
+    return steps
+
+
 Q1_CASES = [([12, 3, 7, 30, 5, 9, 4, 20], 4), ([5, 1, 1, 1, 6, 2], 2), ([8, 8, 8], 5),
             ([2, 9, 4, 4, 3, 7, 1], 3), ([10], 1), ([1, 2, 3, 4, 5, 6, 7, 8, 9], 3),
             ([6, 6, 6, 6], 2)]
@@ -79,6 +105,19 @@ def _q1_mistakes(case) -> dict:
             _continuous(lengths, batch) - 1,
         "you gave the requests to the slots in turn (request i to slot i mod batch); a waiting request takes "
         "whichever slot frees first.": max(sum(lengths[i::batch]) for i in range(min(batch, len(lengths)))),
+        "you started a waiting request in the step its slot's last request ended; that step's token went to "
+        "the old request, so the new one starts the step after.": _continuous(lengths, batch, gap=-1),
+        "you let at most one waiting request join per step; every slot freed at the end of a step takes a "
+        "waiting request at the next.": _one_join_per_step(lengths, batch),
+        "you waited for the whole first group to end before refilling any slot; a slot takes the next "
+        "request as soon as its own request ends, from the first group on.":
+            max(_slot_ends(lengths, batch, first_static=True)[0]),
+        "you returned the end of the request that started last; an earlier, longer one can still be "
+        "running: the count is the step at which the last slot frees (the latest).": _slot_ends(lengths, batch)[1],
+        "you returned the step at which the first slot frees (the earliest); the count is when the last "
+        "slot frees (the latest).": min(_slot_ends(lengths, batch)[0]),
+        "you averaged the slots' end steps (total tokens / slots); the count is when the last slot frees "
+        "(the latest).": round(total / min(batch, len(lengths))),
     }
 
 
@@ -124,11 +163,11 @@ class _Reference:
         self.refs = [0] * num_pages
         self.tables = {}
 
-    def admit(self, seq, prompt):
+    def plan(self, prompt):
+        """(hashes of the full pages, pages found, pages still needed, pages that can be had)."""
         size = self.page_size
-        full = len(prompt) // size
         hashes, parent = [], None
-        for i in range(full):
+        for i in range(len(prompt) // size):
             parent = page_hash(parent, prompt[i * size:(i + 1) * size])
             hashes.append(parent)
         found = []
@@ -138,6 +177,12 @@ class _Reference:
             found.append(self.by_hash[h])
         need = -(-len(prompt) // size) - len(found)
         available = len(self.unused) + sum(1 for p in self.cached if p not in found)
+        return hashes, found, need, available
+
+    def admit(self, seq, prompt):
+        size = self.page_size
+        full = len(prompt) // size
+        hashes, found, need, available = self.plan(prompt)
         if need > available:
             raise MemoryError(f"{seq} needs {need} pages, {available} can be had")
         table = []
@@ -177,7 +222,8 @@ def _prompts():
             "d": list(range(200, 224)), "e": system[:8] + [7, 7, 7, 7, 7],
             "g": system + [1, 2, 3],                                   # a again
             "h": list(range(200, 208)) + [9] * 12,     # finds 2 cached pages, needs 3 more
-            "k": list(range(100, 104)) + list(range(204, 208)) + [5]}  # d's tokens, other parent
+            "k": list(range(100, 104)) + list(range(204, 208)) + [5],  # d's tokens, other parent
+            "m": list(range(400, 404))}                # one page while the oldest hashes are held
 
 
 # The script: (operation, sequence, what it tests). 10 pages of 4 tokens.
@@ -191,6 +237,7 @@ Q2_SCRIPT = [("admit", "a", "a first prompt: nothing cached yet"),
              ("admit", "e", "a prompt sharing two cached pages, whose other pages must be evicted from cached"),
              ("admit", "f", "a prompt larger than every page that is not in use"),
              ("free", "d", "freeing d"),
+             ("admit", "m", "a one-page prompt while the pages hashed first are held by e"),
              ("admit", "g", "a's prompt again, after its third page was evicted and reused"),
              ("admit", "h", "a prompt that finds two cached pages but needs more than the rest of cached"),
              ("admit", "k", "a prompt whose second page has d's tokens after a different first page"),
@@ -218,6 +265,12 @@ def _state(cache, num_pages) -> tuple[dict, list, list, list, dict]:
 
 def _invariants(cache, num_pages, step) -> None:
     tables, refs, unused, cached, by_hash = _state(cache, num_pages)
+    odd = [k for k in cached if not (isinstance(k, int) and 0 <= k < num_pages)]
+    if odd:
+        hint = (" (it is one of by_hash's keys: a hash)" if odd[0] in by_hash else "")
+        raise Wrong(f"after {step}, cached holds {odd[0]!r}{hint}, not a page number: cached is keyed by "
+                    "page (cached[page] = its hash), in the order the pages were freed, so that the least "
+                    "recently freed page is the first to evict.")
     held = [p for pages in tables.values() for p in pages]
     for name, pages in (("unused", unused), ("cached", cached)):
         if len(set(pages)) != len(pages):
@@ -243,6 +296,13 @@ def _invariants(cache, num_pages, step) -> None:
         raise Wrong(f"after {step}, used + unused + cached = {accounted} pages of {num_pages}"
                     + (f": page {lost[0]} is in none of them (a page was lost, not given back)." if lost
                        else "."))
+    pages = list(by_hash.values())
+    twice = [p for p in pages if pages.count(p) > 1]
+    if twice:
+        raise Wrong(f"after {step}, by_hash has {pages.count(twice[0])} hashes for page {twice[0]}: a page "
+                    "evicted from cached keeps its old hash in by_hash, so a later prompt that begins like "
+                    "the page's old contents would be given its new ones; when you evict a page, forget its "
+                    "hash (del by_hash[old]).")
     stale = [p for p in by_hash.values() if p in unused]
     if stale:
         raise Wrong(f"after {step}, page {stale[0]} is unused but by_hash still points to it: when a cached "
@@ -279,6 +339,25 @@ def _compare(cache, ref, num_pages, step) -> None:
                     "to 0 goes to cached if it is a full prompt page (it has a hash), else to unused.")
     if sorted(unused) != sorted(ref.unused):
         raise Wrong(f"after {step}, unused is {sorted(unused)}; expected {sorted(ref.unused)}.")
+    if unused != list(ref.unused):
+        raise Wrong(f"after {step}, unused holds the right pages in the wrong order ({unused}; expected "
+                    f"{list(ref.unused)}): new pages come from its front, and free puts a page without a hash "
+                    "at its end.")
+    hashed, expected = sorted(by_hash.values()), sorted(ref.by_hash.values())
+    if hashed != expected:
+        owner = {p: (s, i) for s, t in ref.tables.items() for i, p in enumerate(t)}
+        missing = [p for p in expected if p not in hashed]
+        if missing:
+            raise Wrong(f"after {step}, page {missing[0]} is a full page of a prompt, but by_hash has no hash "
+                        "for it: record the hash of each new full page in by_hash, so that a later prompt "
+                        "can find it.")
+        extra = [p for p in hashed if p not in expected][0]
+        if extra in owner:
+            seq, i = owner[extra]
+            raise Wrong(f"after {step}, by_hash has a hash for page {extra}, the partial last page of {seq!r} "
+                        "(tokens still to come would change it): hash only full pages, len(prompt) // "
+                        "page_size of them.")
+        raise Wrong(f"after {step}, by_hash has a hash for page {extra}, which holds no full prompt page.")
 
 
 def _make(cls, num_pages, page_size):
@@ -286,9 +365,65 @@ def _make(cls, num_pages, page_size):
     return call_answer(cls, num_pages, page_size, what=what)
 
 
+def _overcounted(ref, seq, plan) -> str:
+    """Why an admission that must be refused was not: the found pages counted as evictable too."""
+    _, found, need, available = plan
+    own = [p for p in found if p in ref.cached]
+    if own and need <= available + len(own):
+        return (f"{seq!r} needs {need} new pages and only {available} can be had: you counted the pages it "
+                f"found in cached ({', '.join(map(str, own))}) as pages to evict too, but it takes those "
+                "itself; count unused plus the cached pages it does not find.")
+    return ""
+
+
+def _refused(ref, seq, plan, step, probe=None):
+    """A message for a MemoryError raised where the reference admits the prompt. ``probe``: a copy of
+    the learner's cache from before the call, asked for fewer pages than can be had but more than are
+    unused, when refusing at equality and refusing to evict would both explain the refusal."""
+    _, found, need, available = plan
+    head = f"at {step}, admit raised MemoryError, but {seq!r} needs {need} new pages and {available} can be had"
+    at_limit, unused_only = need == available, need > len(ref.unused)
+    if at_limit and unused_only:                 # both would refuse here: ask the copy for one page less
+        at_limit = unused_only = False
+        if probe is not None and len(ref.unused) < need - 1:
+            try:
+                with answer_deadline("admit(...)"):
+                    probe.admit("probe", list(range(10**6, 10**6 + (need - 1) * ref.page_size)))
+                at_limit = True
+            except MemoryError:
+                unused_only = True
+            except Exception:
+                pass
+    if at_limit:
+        return (f"{head} ({len(ref.unused)} unused, {available - len(ref.unused)} cached it does not share): "
+                "refuse only when it needs more than can be had (>, not >=).")
+    if unused_only:
+        return (f"{head}: only {len(ref.unused)} are unused, but the cached pages it does not share can be "
+                "evicted (least recently freed first); count them as available too.")
+    return f"{head}."
+
+
+def _unchained(cache_hashes, prompt, size) -> int:
+    """Prompt tokens found when each page is hashed by its own tokens (no parent)."""
+    found = 0
+    for i in range(len(prompt) // size):
+        if page_hash(None, prompt[i * size:(i + 1) * size]) not in cache_hashes:
+            break
+        found += size
+    return found
+
+
 def _run_step(cache, ref, op, seq, prompts, step):
     if op == "admit":
         prompt = prompts[seq]
+        plan = ref.plan(list(prompt))
+        probe = None
+        if plan[2] == plan[3] > len(ref.unused):
+            try:
+                probe = copy.deepcopy(cache)
+            except Exception:
+                probe = None
+        held_before = {p: s for s, t in _state(cache, len(ref.refs))[0].items() for p in t}
         try:
             expected = ref.admit(seq, list(prompt))
         except MemoryError:
@@ -306,19 +441,41 @@ def _run_step(cache, ref, op, seq, prompts, step):
             except Exception as exc:
                 if mentions_blank(exc):
                     raise NotDone("admit still uses ____: replace it with your code.") from None
+                why = _overcounted(ref, seq, plan)
                 raise Wrong(f"at {step}, admit should raise MemoryError (too few pages even after evicting "
-                            f"every cached one); it raised {type(exc).__name__}: {exc}.") from None
+                            f"every cached one); it raised {type(exc).__name__}: {exc}"
+                            + (f". {why}" if why else ".")) from None
+            why = _overcounted(ref, seq, plan)
             raise Wrong(f"at {step}, admit succeeded, but the prompt needs more pages than unused and cached "
-                        "hold together: raise MemoryError (pages a table holds are never evicted).")
-        got = call_answer(cache.admit, seq, list(prompt), what=f"admit({seq!r}, {prompt})")
+                        "hold together: raise MemoryError (pages a table holds are never evicted)"
+                        + (f". {why}" if why else "."))
+        got = call_answer(cache.admit, seq, list(prompt), what=f"admit({seq!r}, {prompt})",
+                          explain=lambda exc: _refused(ref, seq, plan, step, probe) if isinstance(exc, MemoryError)
+                          else None)
         got = as_number(f"admit({seq!r}, ...)", got)
+        table = _state(cache, len(ref.refs))[0].get(seq, [])
+        new = table[len(plan[1]):]
+        for page in new:
+            if page in held_before or table.count(page) > 1:
+                holder = f"{held_before[page]!r} holds" if page in held_before else f"{seq!r} had just taken"
+                raise Wrong(f"at {step}, admit gave {seq!r} page {page} as a new page, but {holder} it: a page "
+                            "a table holds is never evicted; evict only from cached (pages no table holds), "
+                            "least recently freed first.")
         if got != expected:
             if expected and got == expected // ref.page_size:
                 raise Wrong(f"at {step}, admit returned {got:g}, the pages found; return the prompt tokens "
                             f"found, pages × page_size = {expected}.")
+            by_hash = _state(cache, len(ref.refs))[4]
+            if got == _unchained(by_hash, prompt, ref.page_size) != expected:
+                raise Wrong(f"at {step}, admit returned {got:g}; {expected} prompt tokens were in the cache: "
+                            "you hashed each page by its own tokens (page_hash(None, tokens)), so a page with "
+                            "the same tokens after a different first page matched; chain them: "
+                            "page_hash(the previous page's hash, tokens).")
             raise Wrong(f"at {step}, admit returned {got:g}; {expected} prompt tokens were in the cache "
                         "already (full pages whose hash chain matches, in order).")
     else:
+        table = list(ref.tables.get(seq, []))
+        hashed = set(ref.by_hash.values())
         try:
             ref.free(seq)
         except KeyError:
@@ -334,7 +491,18 @@ def _run_step(cache, ref, op, seq, prompts, step):
                             f"it raised {type(exc).__name__}: {exc}.") from None
             raise Wrong(f"at {step}, free did nothing and raised nothing: freeing a sequence that holds no "
                         "pages must raise KeyError, or a bug that frees twice goes unseen (a double free).")
-        call_answer(cache.free, seq, what=f"free({seq!r})", none_ok=True)
+
+        def explain(exc):
+            key = exc.args[0] if isinstance(exc, KeyError) and exc.args else None
+            if isinstance(key, int) and key in table and key not in hashed:
+                return (f"at {step}, free({seq!r}) raised KeyError: {key}; page {key} is {seq!r}'s partial last "
+                        "page, which has no hash: a page without a hash goes to the end of unused, not to "
+                        "cached.")
+            return None
+        call_answer(cache.free, seq, what=f"free({seq!r})", none_ok=True, explain=explain)
+        if seq in _state(cache, len(ref.refs))[0]:
+            raise Wrong(f"after {step}, your cache still has a table for {seq!r}: free removes it (pop it from "
+                        "tables), or a second free of the same sequence would free its pages again.")
 
 
 def _check_cache(cls):
