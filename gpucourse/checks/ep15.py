@@ -537,35 +537,47 @@ q2 = Exercise("ep15.q2", _check_cache,
 
 # --- q3: prompt tokens served from the prefix cache -----------------------------------------------
 
-def _hits(prompts, page_size, *, chain=True, partial=False, tokenwise=False, first=False,
-          against_first=False):
-    seen, total = set(), 0
+def _hits(prompts, page_size, *, chain=True, stop=True, pages="full", tokenwise=False, first=False,
+          against_first=False, against_previous=False, add_first=False, cap_last=False):
+    """Prompt tokens found in the cache; the keywords are the mistakes: ``pages`` "partial" (a partial
+    last page, counted by its tokens), "partial as full", "one more" (range(len // size + 1)), "one less"."""
+    seen, total, previous = set(), 0, set()
     for n, prompt in enumerate(prompts):
         if tokenwise:
-            best = 0
-            for other in prompts[:n]:
-                k = 0
-                while k < min(len(prompt), len(other)) and prompt[k] == other[k]:
-                    k += 1
-                best = max(best, k)
-            total += best
+            total += max([_common(prompt, other) for other in prompts[:n]], default=0)
             continue
-        pages = -(-len(prompt) // page_size) if partial else len(prompt) // page_size
-        parent, found, matching = None, 0, True
-        keys = []
-        for i in range(pages):
+        count = {"full": len(prompt) // page_size, "one more": len(prompt) // page_size + 1,
+                 "one less": len(prompt) // page_size - 1}.get(pages, -(-len(prompt) // page_size))
+        keys, parent = [], None
+        for i in range(max(count, 0)):
             tokens = tuple(prompt[i * page_size:(i + 1) * page_size])
             parent = hash((parent, tokens)) if chain else tokens
-            keys.append(parent)
-            if matching and parent in seen:
-                found += len(tokens) if partial else page_size
-            else:
-                matching = False
+            keys.append((parent, page_size if pages != "partial" else len(tokens)))
+        if add_first:
+            seen.update(k for k, _ in keys)
+        lookup = previous if against_previous else seen
+        found, pages_found = 0, 0
+        for key, size in keys:
+            if key in lookup:
+                found, pages_found = found + size, pages_found + 1
+            elif stop:
+                break
+        if cap_last:
+            found = min(pages_found, (len(prompt) - 1) // page_size) * page_size
         if n > 0 or first:
             total += found
         if not against_first or n == 0:
-            seen.update(keys)
+            seen.update(k for k, _ in keys)
+        previous = {k for k, _ in keys}
     return total
+
+
+def _common(a, b) -> int:
+    """The length of the longest common prefix of two token lists."""
+    k = 0
+    while k < min(len(a), len(b)) and a[k] == b[k]:
+        k += 1
+    return k
 
 
 def _q3_cases():
@@ -579,22 +591,58 @@ def _q3_cases():
         ([list(range(50)), list(range(50)) + [1], list(range(40)) + [7] * 9], 16),
         ([[1, 2, 3], [1, 2, 3], [1, 2, 3, 4]], 4),
         ([[5, 6, 7, 8, 1, 1, 1, 1], [9, 9, 9, 9, 2, 2, 2, 2], [5, 6, 7, 8, 2, 2, 2, 2]], 4),
+        ([list(range(8)), list(range(8)), list(range(8)) + [9]], 4),   # ends on a page boundary
     ]
 
 
 def _q3_mistakes(case) -> dict:
     prompts, size = case
+    common = min((_common(prompts[0], p) for p in prompts[1:]), default=0)
     return {
         "you counted pages by their tokens alone; a page's hash also covers the page before it (the chain), "
         "so the same tokens after a different beginning are not a hit: attention at those positions saw "
         "other tokens.": _hits(prompts, size, chain=False),
         "you counted partial pages too; only full pages are cached and shared (a partial page is still being "
-        "written).": _hits(prompts, size, partial=True),
+        "written).": _hits(prompts, size, pages="partial"),
+        "you counted a matching partial last page as a whole page; only full pages are cached and shared (a "
+        "partial page is still being written).": _hits(prompts, size, pages="partial as full"),
+        "you hashed one page more than the prompt's full pages (len // page_size + 1): a partial page, or an "
+        "empty one when the prompt ends on a page boundary, was counted as a hit; only full pages count.":
+            _hits(prompts, size, pages="one more"),
+        "you left each prompt's last full page out (len // page_size - 1 pages); every full page is cached and "
+        "can be a hit.": _hits(prompts, size, pages="one less"),
         "you counted the longest common prefix in tokens; the cache shares whole pages, so round each match "
         "down to full pages.": _hits(prompts, size, tokenwise=True),
-        "you compared each prompt only with the first one; every earlier prompt's pages are in the cache.":
+        "only the first prompt's pages were ever in your cache (each prompt compared with the first, or a "
+        "later prompt's new pages never added); every earlier prompt's full pages are in the cache.":
             _hits(prompts, size, against_first=True),
+        "you compared each prompt only with the one just before it; every earlier prompt's pages are in the "
+        "cache.": _hits(prompts, size, against_previous=True),
+        "you added the prompt's own pages to the cache before looking them up, so every full page was found; "
+        "look them up first, then add them.": _hits(prompts, size, add_first=True, first=True),
+        "that is a fraction of the prompt tokens (a hit rate); return the number of prompt tokens found.":
+            _hits(prompts, size) / sum(len(p) for p in prompts),
+        "you counted pages, not tokens: each page found gives page_size tokens.":
+            _hits(prompts, size) // size,
+        "you counted a page once for every earlier prompt that shares it; the cache holds it once, so a page "
+        "found is page_size tokens however many prompts had it.":
+            sum(_common(p, q) // size * size for n, p in enumerate(prompts) for q in prompts[:n]),
+        "you applied the episode's (n − 1)·⌊P/S⌋·S with P the prefix every prompt shares; here prompts share "
+        "different prefixes with different earlier prompts: count each prompt's pages found in the cache.":
+            (len(prompts) - 1) * (common // size) * size,
+        "you kept the last prompt token out of the hits, as vLLM does (it recomputes it to get logits); the "
+        "exercise counts every full page found, as transformers' counter does.": _hits(prompts, size, cap_last=True),
+        "you counted every page whose hash is in the cache, also after a page that missed; and you hashed "
+        "pages by their tokens alone: a page's hash covers the page before it, so after a miss nothing can "
+        "match.": _hits(prompts, size, chain=False, stop=False),
     }
+
+
+def _unhashable(exc):
+    if isinstance(exc, TypeError) and "unhashable" in str(exc):
+        return (f"prefix_hits raised TypeError: {exc}: a list cannot be a key of a set or dict, nor be "
+                "hashed; hash a page with page_hash(parent, tokens), which makes a tuple of its tokens.")
+    return None
 
 
 def _check_hits(prefix_hits):
@@ -603,7 +651,7 @@ def _check_hits(prefix_hits):
     for prompts, size in _q3_cases():
         what = f"prefix_hits(<{len(prompts)} prompts>, {size})"
         copies = [list(p) for p in prompts]
-        got = as_number(what, call_answer(prefix_hits, copies, size, what=what))
+        got = as_number(what, call_answer(prefix_hits, copies, size, what=what, explain=_unhashable))
         if copies != [list(p) for p in prompts]:
             raise Wrong(f"{what} changed the prompts it was given; read them, do not modify them.")
         results.append(((prompts, size), got, _hits(prompts, size)))
