@@ -23,6 +23,7 @@ from collections import OrderedDict
 
 from ..exercises import (Exercise, NotDone, Wrong, answer_deadline, as_number, call_answer, describe,
                          mentions_blank, require_function, solution_link)
+from .diagnosis import best_fit
 from .ep10 import _judge
 
 NOTEBOOK = "15-serving.ipynb"
@@ -678,16 +679,19 @@ def _percentile(values, q, method="linear"):
     return float(np.percentile(values, q, method=method)) if values else math.nan
 
 
-def _report(records, slo_ttft, slo_tpot, duration, *, tpot_one=0.0, inclusive=True, with_failed=False,
-            tpot_rule="spread", method="linear", quantile=99):
-    ttfts, tpots, good = [], [], 0
+def _report(records, slo_ttft, slo_tpot, duration, *, tpot_one=0.0, strict=(), with_failed=False,
+            failed_latency=False, tpot_rule="spread", method="linear", quantile=99, stat="percentile",
+            ttft_rule="first", one_in_pct=False, itl=False, either=False, scale=1.0, rate="duration"):
+    """(p99 TTFT, p99 TPOT, goodput); the keywords are the mistakes. ``strict``: the SLOs ("ttft",
+    "tpot") compared with < instead of ≤; ``failed_latency``: failed requests in the percentiles only."""
+    ttfts, tpots, good, done = [], [], 0, 0
     for r in records:
-        if not r["ok"] and not with_failed:
+        if not r["ok"] and not (with_failed or failed_latency):
             continue
         times = r["times"]
         if not times:
             continue
-        ttft = times[0] - r["sent"]
+        ttft = (times[0] if ttft_rule == "first" else times[-1]) - r["sent"]
         n = len(times)
         if tpot_rule == "spread":
             tpot = (times[-1] - times[0]) / (n - 1) if n > 1 else tpot_one
@@ -696,12 +700,26 @@ def _report(records, slo_ttft, slo_tpot, duration, *, tpot_one=0.0, inclusive=Tr
         else:
             tpot = (times[-1] - times[0]) / n
         ttfts.append(ttft)
-        if n > 1 or tpot_rule != "spread":
+        if itl:
+            tpots.extend(b - a for a, b in zip(times, times[1:]))
+        elif n > 1 or one_in_pct or tpot_rule == "per token":
             tpots.append(tpot)
-        ok = r["ok"] and ((ttft <= slo_ttft and tpot <= slo_tpot) if inclusive
-                          else (ttft < slo_ttft and tpot < slo_tpot))
-        good += ok
-    return (_percentile(ttfts, quantile, method), _percentile(tpots, quantile, method), good / duration)
+        if not r["ok"] and not with_failed:
+            continue
+        done += 1
+        meets = (ttft < slo_ttft if "ttft" in strict else ttft <= slo_ttft,
+                 tpot < slo_tpot if "tpot" in strict else tpot <= slo_tpot)
+        good += any(meets) if either else all(meets)
+    if stat == "mean":
+        import numpy as np
+        summary = [float(np.mean(v)) if v else math.nan for v in (ttfts, tpots)]
+    else:
+        summary = [_percentile(v, quantile, method) for v in (ttfts, tpots)]
+    per = {"duration": duration, "throughput": duration, "completed": done, "all": len(records), "count": 1,
+           "span": max((r["times"][-1] for r in records if r["times"]), default=0.0)
+           - min(r["sent"] for r in records)}[rate]
+    count = done if rate == "throughput" else good
+    return (summary[0] * scale, summary[1] * scale, count / per if per else math.nan)
 
 
 def _trace(seed, n, *, failed=(), single=(), at_limit=(), tpot_limit=()):
@@ -733,54 +751,95 @@ def _q4_cases():
 
 def _q4_mistakes(case) -> dict:
     records, slo_ttft, slo_tpot, duration = case
+
+    def report(**mistake):
+        return _report(records, slo_ttft, slo_tpot, duration, **mistake)
+    linear = "use numpy's default, linear between ranks, as vllm bench serve does."
     return {
-        "you counted failed requests; a request that failed (or timed out) has no latency to report and is "
-        "never good.": _report(records, slo_ttft, slo_tpot, duration, with_failed=True),
-        "a request exactly at an SLO limit meets it: the SLO is 'at most', ≤.":
-            _report(records, slo_ttft, slo_tpot, duration, inclusive=False),
+        "you kept failed requests, in the percentiles and in goodput; a request that failed (or timed out) has "
+        "no latency to report and is never good.": report(with_failed=True),
+        "you kept failed requests in the percentiles (and rightly out of goodput); a request that failed (or "
+        "timed out) has no latency to report.": report(failed_latency=True),
+        "a request whose TTFT is exactly slo_ttft meets it: the SLO is 'at most', ≤ (you used <).":
+            report(strict=("ttft",)),
+        "a request whose TPOT is exactly slo_tpot meets it: the SLO is 'at most', ≤ (you used <).":
+            report(strict=("tpot",)),
+        "a request exactly at an SLO limit meets it: the SLOs are 'at most', ≤ (you used < for both).":
+            report(strict=("ttft", "tpot")),
         "TPOT is (last token − first token) / (tokens − 1): the time per token after the first; you divided "
-        "the whole time since sending by the tokens.": _report(records, slo_ttft, slo_tpot, duration,
-                                                               tpot_rule="per token"),
+        "the whole time since sending by the tokens.": report(tpot_rule="per token"),
         "TPOT divides the time after the first token by tokens − 1 (the gaps), not by the tokens.":
-            _report(records, slo_ttft, slo_tpot, duration, tpot_rule="gaps by tokens"),
-        "you took the value at the rank below the 99th percentile (numpy's method='lower'); use numpy's "
-        "default, linear between ranks, as vllm bench serve does.":
-            _report(records, slo_ttft, slo_tpot, duration, method="lower"),
-        "you took the 99th percentile by the nearest rank (the ⌈0.99·n⌉-th smallest); use numpy's default, "
-        "linear between ranks, as vllm bench serve does.":
-            _report(records, slo_ttft, slo_tpot, duration, method="inverted_cdf"),
-        "that is the 95th percentile; asked is the 99th.": _report(records, slo_ttft, slo_tpot, duration,
-                                                                   quantile=95),
-        "that is the median (50th percentile); asked is the 99th.":
-            _report(records, slo_ttft, slo_tpot, duration, quantile=50),
+            report(tpot_rule="gaps by tokens"),
+        "you took the p99 of every gap between tokens (ITL); TPOT is one number per request, (last − first) / "
+        "(tokens − 1), and its p99 is over requests.": report(itl=True),
+        "TTFT is the first token's time − sent; you took the last token's (the whole request's latency).":
+            report(ttft_rule="last"),
+        "a one-token request has no TPOT: it counts as 0 for the SLO (so it is good when its TTFT is), as "
+        "vllm bench serve counts it; you counted it as missing the TPOT SLO.": report(tpot_one=math.inf),
+        "a one-token request has no TPOT: leave it out of the TPOT percentile (it counts as 0 only for the "
+        "SLO).": report(one_in_pct=True),
+        f"you took the value at the rank below the 99th percentile (numpy's method='lower'); {linear}":
+            report(method="lower"),
+        f"you took the 99th percentile by the nearest rank (the ⌈0.99·n⌉-th smallest); {linear}":
+            report(method="inverted_cdf"),
+        f"you took numpy's method='nearest' (the value at the rank nearest 0.99·(n − 1)); {linear}":
+            report(method="nearest"),
+        "that is the 95th percentile; asked is the 99th.": report(quantile=95),
+        "that is the median (50th percentile); asked is the 99th.": report(quantile=50),
+        "that is the mean; asked is the 99th percentile, the latency 1 request in 100 exceeds.": report(stat="mean"),
+        "np.percentile takes percent: 0.99 asks for the 0.99th percentile, nearly the smallest; pass 99 "
+        "(np.quantile is the one that takes 0.99).": report(quantile=0.99),
+        "those are milliseconds; the trace's times are seconds and so are the SLOs: return seconds.":
+            report(scale=1000.0),
+        "a request is good only when TTFT ≤ slo_ttft AND TPOT ≤ slo_tpot; you counted it when either was met.":
+            report(either=True),
+        "that is throughput, every completed request per second; goodput counts only the requests that met "
+        "both SLOs.": report(rate="throughput"),
+        "you divided by the trace's own span (first sent to last token); goodput is per second of `duration`, "
+        "the run's length as given.": report(rate="span"),
+        "that is the fraction of completed requests that met the SLOs; goodput is a rate: good requests / "
+        "duration.": report(rate="completed"),
+        "that is the fraction of the requests that met the SLOs; goodput is a rate: good requests / "
+        "duration.": report(rate="all"),
+        "that is the count of good requests; goodput is a rate: good requests / duration.": report(rate="count"),
     }
+
+
+def _close(value, right) -> bool:
+    return abs(value - right) <= 1e-9 * max(1.0, abs(right))
 
 
 def _check_report(slo_report):
     require_function(slo_report, "slo_report")
-    for index, (records, slo_ttft, slo_tpot, duration) in enumerate(_q4_cases()):
+    names = ("p99 TTFT", "p99 TPOT", "goodput")
+    results = []
+    for index, case in enumerate(_q4_cases()):
+        records, slo_ttft, slo_tpot, duration = case
         what = f"slo_report(<trace {index + 1}>, {slo_ttft}, {slo_tpot}, {duration})"
         copies = [dict(r, times=list(r["times"])) for r in records]
-        got = call_answer(slo_report, copies, slo_ttft, slo_tpot, duration, what=what,
-                          parts=("p99 TTFT", "p99 TPOT", "goodput"))
+        got = call_answer(slo_report, copies, slo_ttft, slo_tpot, duration, what=what, parts=names)
         if not isinstance(got, (tuple, list)) or len(got) != 3:
             raise Wrong(f"{what} returned {describe(got)}; return three numbers: (p99 TTFT, p99 TPOT, goodput).")
-        expected = _report(records, slo_ttft, slo_tpot, duration)
-        names = ("p99 TTFT", "p99 TPOT", "goodput")
         values = [as_number(f"{what}'s {name}", v) for name, v in zip(names, got)]
-        for k, (name, value, right) in enumerate(zip(names, values, expected)):
-            if abs(value - right) <= 1e-9 * max(1.0, abs(right)):
-                continue
-            for message, alternative in _q4_mistakes((records, slo_ttft, slo_tpot, duration)).items():
-                if abs(value - alternative[k]) <= 1e-9 * max(1.0, abs(alternative[k])):
-                    raise Wrong(f"{what}: your {name} is {value:.6g}, expected {right:.6g}: {message}")
-            if k == 2 and abs(value - right * duration) < 1e-9:
-                raise Wrong(f"{what}: your goodput is {value:.6g}; it is a rate: good requests / duration "
-                            f"({right * duration:.0f} / {duration:g} s = {right:.6g} per second).")
-            if k == 2 and abs(value - right * duration / len(records)) < 1e-9:
-                raise Wrong(f"{what}: your goodput is {value:.6g}, a fraction of the requests; it is a rate, good "
-                            f"requests per second of the run: {right:.6g}.")
-            raise Wrong(f"{what}: your {name} is {value:.6g}; expected {right:.6g}.")
+        results.append((what, case, values, _report(*case)))
+    # (trace, component) pairs the answer got wrong; a mistake is named by the most of them it gives,
+    # whole traces first (a mistake that gives all three numbers of a trace), then single numbers
+    wrong = [(r, k) for r in results for k in range(3) if not _close(r[2][k], r[3][k])]
+    if wrong:
+        mistakes = {r[0]: _q4_mistakes(r[1]) for r in results}
+        traces = [r for r in results if any(w[0] is r for w in wrong)]
+        fit = (best_fit(traces, lambda r: r[2], lambda r: mistakes[r[0]],
+                        lambda got, v: all(_close(g, x) for g, x in zip(got, v)))
+               or best_fit(wrong, lambda w: w[0][2][w[1]], lambda w: {m: v[w[1]] for m, v in mistakes[w[0][0]].items()},
+                           _close))
+        what, _, values, right = wrong[0][0]
+        k = wrong[0][1]
+        if fit:
+            message = fit[0]
+            (what, _, values, right), k = next(
+                w for w in wrong if _close(w[0][2][w[1]], mistakes[w[0][0]][message][w[1]]))
+            raise Wrong(f"{what}: your {names[k]} is {values[k]:.6g}, expected {right[k]:.6g}: {message}")
+        raise Wrong(f"{what}: your {names[k]} is {values[k]:.6g}; expected {right[k]:.6g}.")
     records, slo_ttft, slo_tpot, duration = _q4_cases()[0]
     throughput = sum(r["ok"] for r in records) / duration
     return (f"right on {len(_q4_cases())} traces. On the first, {throughput:.2f} requests/s completed but only "
@@ -817,13 +876,18 @@ Q5_CASES = [(12 * 2**30, "SmolLM2-135M", 2048, 2), (10 * 2**30, "Llama-3.2-1B", 
             (5 * 2**30, "Llama-3.2-1B", 1000, 1), (8 * 2**30, "Qwen3-0.6B", 4096, 2)]
 
 
-def _users(cache_bytes, c, context, dtype_bytes, *, heads="kv", kv=2, rounding="floor", dtype=True):
+def _users(cache_bytes, c, context, dtype_bytes, *, heads="kv", kv=2, rounding="floor", dtype=None,
+           layers=True, tokens=None, gib=False):
+    """Whole users; the keywords are the mistakes (``dtype``: the bytes per number used instead of
+    ``dtype_bytes``; ``tokens``: per user instead of ``context``; ``gib``: cache in GB against GiB)."""
     width = {"kv": c["num_key_value_heads"] * c["head_dim"], "q": c["num_attention_heads"] * c["head_dim"],
              "hidden": c["hidden_size"],
              "derived": c["num_key_value_heads"] * (c["hidden_size"] // c["num_attention_heads"])}[heads]
-    per_token = kv * c["num_hidden_layers"] * width * (dtype_bytes if dtype else 1)
-    raw = cache_bytes / (per_token * context)
-    return {"floor": math.floor(raw), "round": round(raw), "ceil": math.ceil(raw), "none": raw}[rounding]
+    per_token = kv * (c["num_hidden_layers"] if layers else 1) * width * (dtype_bytes if dtype is None else dtype)
+    per_user = per_token * (context if tokens is None else tokens)
+    raw = cache_bytes / 1e9 / (per_user / 2**30) if gib else cache_bytes / per_user
+    return {"floor": math.floor(raw), "round": round(raw), "ceil": math.ceil(raw), "none": raw,
+            "ceil - 1": math.ceil(raw) - 1}[rounding]
 
 
 def _q5_mistakes(case) -> dict:
@@ -838,14 +902,27 @@ def _q5_mistakes(case) -> dict:
         "you sized the cache by hidden_size; a token stores num_key_value_heads × head_dim numbers for K and "
         "as many for V, in each layer.": _users(*args, heads="hidden"),
         "you forgot the factor 2: each token stores a key AND a value in every layer.": _users(*args, kv=1),
-        "you left out the bytes per number (dtype_bytes).": _users(*args, dtype=False),
+        "you left out the bytes per number (dtype_bytes).": _users(*args, dtype=1),
+        "you took dtype_bytes for bits (divided by 8); it is bytes per number already.":
+            _users(*args, dtype=dtype_bytes / 8),
+        "you used 2 bytes per number whatever dtype_bytes is; use the argument (1 for an 8-bit cache).":
+            _users(*args, dtype=2),
+        "you left out the layers: every layer keeps its own keys and values.": _users(*args, layers=False),
+        "you left out the context: that is how many tokens fit, not users; each user keeps `context` tokens.":
+            _users(*args, tokens=1),
+        "you counted context + 1 tokens per user; a user keeps `context` tokens.": _users(*args, tokens=context + 1),
+        "you divided the cache in GB (10⁹ bytes) by a user's size in GiB (2³⁰ bytes); keep both in bytes.":
+            _users(*args, gib=True),
+        "you counted one user fewer when the users fit exactly (ceil − 1, or a loop that adds a user while the "
+        "next fits with < ): a user fits when their bytes are ≤ what is left, so round down.":
+            _users(*args, rounding="ceil - 1"),
         "round down: a user who does not fit whole does not fit.": _users(*args, rounding="round"),
         "you rounded up; a user who does not fit whole does not fit: round down.": _users(*args, rounding="ceil"),
         "that is a fraction of a user; count whole users (round down).": _users(*args, rounding="none"),
     }
 
 
-Q5_RATE_CASES = [(100, 2.0), (37, 0.8), (1, 10.0), (512, 3.5)]
+Q5_RATE_CASES = [(100, 2.0), (37, 0.8), (1, 10.0), (512, 3.5), (19, 4.0)]
 
 
 def _check_capacity(max_users, max_rate):
@@ -870,6 +947,12 @@ def _check_capacity(max_users, max_rate):
             c[0] * c[1],
         "that is latency / users, upside down: λ = L / W, users / latency.": c[1] / c[0],
         "you rounded the rate; it need not be a whole number of requests per second.": round(c[0] / c[1]),
+        "you rounded the rate down; it need not be a whole number of requests per second.": c[0] // c[1],
+        "you divided by twice the latency; in Little's law W is the time a request is in the system, "
+        "latency_s: λ = users / latency_s.": c[0] / (2 * c[1]),
+        "you divided by 2 s, the episode's latency, whatever latency_s is: λ = users / latency_s.": c[0] / 2,
+        "you took latency_s for milliseconds; it is seconds, and the rate is per second.": c[0] / (1000 * c[1]),
+        "that is per minute; the rate is per second: users / latency_s.": 60 * c[0] / c[1],
     }, lambda c: f"max_rate({c[0]}, {c[1]})", "requests/s", whole=False)
     users = _users(12 * 2**30, Q5_CONFIGS["SmolLM2-135M"], 2048, 2)
     return (f"right on {len(results)} models and {len(rates)} rates. SmolLM2-135M at 2,048 tokens each: "
