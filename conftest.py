@@ -10,14 +10,21 @@
 * Every kernel a test starts (nbval's, nbclient's) talks over IPC in a folder of its own
   (:mod:`gpucourse._kernelstart`): no TCP port is chosen, so two test workers starting
   kernels at the same moment cannot take each other's ports.
+* Notebook kernels draw figures with Jupyter's inline backend, as a learner's do (the
+  test process itself keeps Agg).
+* ``--book-cache DIR``: every notebook nbval runs without a failure is stored, with the
+  outputs it printed, in the jupyter-cache at DIR, which the website's build
+  (``tests/test_book.py``, ``make book``) reads instead of executing the notebook again.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,9 +104,24 @@ class CheckOutcomes(pytest.Item):
         return self.path, None, f"{self.notebook.name}::check-outcomes"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--book-cache", metavar="DIR", default=None,
+                     help="store each notebook nbval ran without a failure, with its outputs, in the "
+                          "jupyter-cache at DIR, where the website's build finds it (tests/test_book.py)")
+
+
+def _is_notebook_cell(item) -> bool:
+    return Path(str(item.path)).suffix == ".ipynb" and hasattr(item, "cell") and item.parent is not None
+
+
+_last_cell: dict = {}          # notebook path -> the nodeid of its last cell nbval runs
+
+
 def pytest_collection_modifyitems(session, config, items):
     last_index = {}
     for i, item in enumerate(items):
+        if _is_notebook_cell(item):
+            _last_cell[item.path] = item.nodeid
         if _checked_kind(item.path) and item.parent is not None and item.parent.path == item.path:
             last_index[item.path] = i
     for path, i in sorted(last_index.items(), key=lambda kv: -kv[1]):
@@ -112,13 +134,82 @@ def pytest_collection_modifyitems(session, config, items):
 _started: set = set()
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_setup(item):
-    """Before nbval starts a checked notebook's kernel, give it a fresh log file."""
+    """Before nbval starts a notebook's kernel: a fresh check log for a checked notebook, and
+    no MPLBACKEND in the kernel's environment (ipykernel then chooses the inline backend)."""
     path = Path(str(item.path))
-    if _checked_kind(path) and path not in _started:
+    starting = _is_notebook_cell(item) and path not in _started
+    saved = os.environ.pop("MPLBACKEND", None) if starting else None
+    if starting:
         _started.add(path)
+        _executions[path] = {"start": time.monotonic(), "failed": False}
+    if _checked_kind(path) and starting:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         log = _log_path(path)
         log.unlink(missing_ok=True)
         os.environ["GPUCOURSE_CHECK_LOG"] = str(log)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["MPLBACKEND"] = saved
+
+
+# ----------------------------------------------- the book reads nbval's executions --
+
+_executions: dict = {}         # notebook path -> {"start": monotonic time, "failed": bool}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    run = _executions.get(Path(str(item.path)))
+    if run is not None and outcome.get_result().failed:
+        run["failed"] = True
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    cache = item.config.getoption("--book-cache")
+    if not cache or not _is_notebook_cell(item) or _last_cell.get(item.path) != item.nodeid:
+        return
+    run = _executions.pop(Path(str(item.path)), None)
+    if run is not None and not run["failed"]:
+        store_execution(Path(cache), item.parent, time.monotonic() - run["start"])
+
+
+def executed_notebook(notebook_file):
+    """nbval's notebook (``IPyNbFile``) with the outputs its cells printed in this run."""
+    from ipykernel.ipkernel import IPythonKernel
+
+    nb = copy.deepcopy(notebook_file.nb)
+    cells = {id(cell): i for i, cell in enumerate(notebook_file.nb.cells)}
+    count = 0
+    for item in notebook_file.session.items:
+        if item.parent is notebook_file and hasattr(item, "test_outputs") and id(item.cell) in cells:
+            count += 1
+            cell = nb.cells[cells[id(item.cell)]]
+            cell.outputs = copy.deepcopy(item.test_outputs)
+            cell.execution_count = count
+            for output in cell.outputs:
+                if output.get("output_type") == "execute_result":
+                    output["execution_count"] = count
+    nb.metadata["language_info"] = dict(IPythonKernel.language_info)
+    return nb
+
+
+def store_execution(cache_dir: Path, notebook_file, seconds: float) -> None:
+    """Put nbval's execution of one notebook into the jupyter-cache at ``cache_dir``, as
+    myst-nb's build would have after executing it (matched by the code cells' source)."""
+    from filelock import FileLock
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    nb = executed_notebook(notebook_file)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache_dir) + ".lock"):
+        get_cache(str(cache_dir)).cache_notebook_bundle(
+            CacheBundleIn(nb, str(Path(str(notebook_file.path)).resolve()),
+                          data={"execution_seconds": seconds}),
+            check_validity=False, overwrite=True)
