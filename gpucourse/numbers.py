@@ -9,6 +9,7 @@ that three significant figures would need more than six decimals.
 from __future__ import annotations
 
 import math
+import numbers
 
 #: Below this magnitude a figure is written with its decimals (0.000123); smaller ones use an exponent.
 SMALLEST_PLAIN = 1e-6
@@ -28,8 +29,12 @@ def readable(value, unit: str = "", digits: int = 3) -> str:
     >>> readable(3.2e10, "B")
     '3.2e+10 B'
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return f"{value} {unit}".strip()
+    if isinstance(value, numbers.Integral):
+        value = int(value)                    # a NumPy or PyTorch integer too
+    else:
+        value = float(value)                  # a NumPy float32 prints its own way
     if isinstance(value, int):
         text = f"{value:,}" if abs(value) < LARGEST_PLAIN else f"{value:.{digits}g}"
         return f"{text} {unit}".strip()

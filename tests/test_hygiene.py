@@ -12,6 +12,8 @@ EPISODES = [p for p in NOTEBOOKS if p.parent.name == "episodes"]
 IDS = [p.relative_to(ROOT).as_posix() for p in NOTEBOOKS]
 REPO, BRANCH = coursetools.repository()
 HARD_CODED_DEVICE = re.compile(r"""(?<![\w.])['"](cuda(:\d+)?|/GPU:\d+)['"]""")
+# Triton's compile target names a backend, not a device to compute on: GPUTarget("cuda", 75, 32).
+NAMES_A_BACKEND = re.compile(r"GPUTarget\(")
 CHOSEN_FROM_WHAT_EXISTS = re.compile(r"is_available\(\)|list_physical_devices|device_count\(\)|if tf_gpus|if gpus")
 # Asking what a chosen device is (`device.type == "cuda"`, `device.type in ("cuda", "cpu")`)
 # names no device: it is how a cell guards what only CUDA has.

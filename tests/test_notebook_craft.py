@@ -140,8 +140,6 @@ SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]-*.ipynb"))
 # an expected failure that must fail (strict): once fixed, take it off this list.
 EXPONENT_NOT_YET = {
     "episodes/04-keras-cnn.ipynb": "f\"{scale:g}\" and f\"{...initial_scale:g}\" → readable(...)",
-    "episodes/15-serving.ipynb": "f\"{gap:.1e}\" → readable(float(gap))",
-    "solutions/06-out-of-memory.ipynb": "f\"{difference:.1e}\" → readable(float(difference))",
 }
 
 

@@ -32,3 +32,11 @@ def test_no_exponent_below_a_billion():
 def test_recorded_figures_use_it():
     assert reference._format(1240.4, "GB/s") == "1,240 GB/s"
     assert reference._format(3, "GPUs") == "3 GPUs"
+
+
+def test_numpy_scalars_are_written_the_same_way():
+    import numpy as np
+
+    assert readable(np.float32(1.9073486328125e-06)) == "0.00000191"
+    assert readable(np.int64(12_345)) == "12,345"
+    assert readable(np.float64(1240.4), "GB/s") == "1,240 GB/s"
