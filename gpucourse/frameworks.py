@@ -174,7 +174,7 @@ def keras_backend() -> tuple[str, str]:
       GPU node, a Python or a Mac TensorFlow does not support).
     """
     chosen = os.environ.get(KERAS_BACKEND_VARIABLE)
-    if "keras" in sys.modules:
+    if sys.modules.get("keras") is not None:
         backend = sys.modules["keras"].backend.backend()
         return backend, "Keras was imported already: restart the kernel to change it"
     if chosen:

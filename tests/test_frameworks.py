@@ -238,12 +238,38 @@ def test_every_pytorch_cell_runs_without_tensorflow(name, without_tensorflow):
     assert LAST_PYTORCH_OUTPUT[name] in text
 
 
-def test_the_all_keras_episode_stops_at_its_first_cell_saying_why(without_tensorflow):
+def _first_cells(name: str, count: int):
+    """The notebook's first ``count`` code cells (and the markdown between), and a client."""
+    nb, client = _execute(name)
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    nb.cells = nb.cells[:code[count - 1] + 1]
+    return nb, client
+
+
+@pytest.fixture
+def without_tensorflow_only(tmp_path, monkeypatch):
+    """Kernels find no TensorFlow, but Keras 3 and PyTorch (a PyTorch-only GPU node with Keras)."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
+    monkeypatch.setenv("GPUCOURSE_QUICK", "1")
+    monkeypatch.setenv("GPUCOURSE_OFFLINE", "1")
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+
+
+def test_without_tensorflow_the_keras_episode_runs_on_pytorch_and_says_so(without_tensorflow_only):
+    nb, client = _first_cells("04-keras-cnn", 5)   # setup, backend, imports, the two device cells
+    client.execute()
+    text = _text(nb)
+    assert "Keras will run on torch: TensorFlow is not installed here, so Keras runs on PyTorch" in text
+    assert "on torch · GPU: none" in text
+
+
+def test_without_tensorflow_or_keras_the_keras_episode_stops_at_its_import(without_tensorflow):
     from nbclient.exceptions import CellExecutionError
 
     nb, client = _execute("04-keras-cnn")
-    with pytest.raises(CellExecutionError, match="this cell needs TensorFlow"):
+    with pytest.raises(CellExecutionError, match="import of keras halted"):
         client.execute()
     ran = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.execution_count]
-    first_code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"][:2]
-    assert ran == first_code             # the setup cell, then the import that stops
+    first_code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"][:3]
+    assert ran == first_code             # the setup cell, the backend, then the import that stops
