@@ -148,7 +148,7 @@ NAMED = {
     "q5_hidden_size": "by hidden_size", "q5_little_inverse": "latency / users",
     "q5_little_times": "users × latency", "q5_no_context": "left out the context",
     "q5_no_dtype": "bytes per number", "q5_no_factor_2": "factor 2", "q5_no_layers": "left out the layers",
-    "q5_query_heads": "query heads", "q5_rate_floor": "rounded the rate down",
+    "q5_query_heads": "query heads", "q5_rate_floor": "rounded the rate down", "q5_rate_round": "you rounded the rate;",
     "q5_rate_half": "twice the latency", "q5_rate_hardcoded": "the episode's latency",
     "q5_rate_ms": "milliseconds", "q5_rate_per_minute": "per minute", "q5_round": "round down",
     "q5_strict_loop": "a loop that adds a user while the next fits with <",

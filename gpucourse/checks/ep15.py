@@ -455,7 +455,7 @@ def _run_step(cache, ref, op, seq, prompts, step):
                           else None)
         got = as_number(f"admit({seq!r}, ...)", got)
         table = _state(cache, len(ref.refs))[0].get(seq, [])
-        new = table[len(plan[1]):]
+        new = table[len(plan[1]):] if got == expected else []     # pages it took besides those it found
         for page in new:
             if page in held_before or table.count(page) > 1:
                 holder = f"{held_before[page]!r} holds" if page in held_before else f"{seq!r} had just taken"
