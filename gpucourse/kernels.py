@@ -236,6 +236,10 @@ def setup(gpu_available: bool) -> KernelMode:
             raise KernelSetupError("numba.cuda was imported before kernels.setup(); restart the "
                                    "kernel and run the cells in order.")
         os.environ[SIMULATOR_ENV] = "1"
+    from . import reference
+
+    reference.path_taken("ep12.numba", "simulated" if simulate else "compiled",
+                         why=numba_problem or None)        # for a GPU run's log
     return KernelMode("interpreted" if not gpu_available else "compiled",
                       "simulated" if simulate else "compiled",
                       late=not gpu_available and not library_interpreted(),
