@@ -2,9 +2,10 @@
 #   make book   build the website into _build/html (executes the episodes)
 #   make test   run every check CI runs (quick + offline mode), the browser tests included
 #   make test-colab   the notebooks again, with the versions of Google Colab's default runtime
-#                     (RUNTIME=previous: Colab's previous runtime)
+#                     (RUNTIME=kaggle: Kaggle's GPU image)
 PYTHON ?= python3
-# Which Colab runtime `make test-colab` copies: current (Colab's default) or previous.
+# Which platform runtime `make test-colab` copies: current (Colab's default) or kaggle; each is a
+# folder colab/<runtime>/ with its constraints (tools/runtime_radar.py makes them).
 RUNTIME ?= current
 COLAB_CONSTRAINTS := colab/$(RUNTIME)/constraints.txt
 # That runtime's Python minor version, read from its constraints' header ("# Python 3.13.15; ...").
@@ -16,18 +17,27 @@ find_python = $(firstword $(foreach p,python$(1) \
                   /usr/bin/python$(1) /usr/local/bin/python$(1),\
                   $(shell $(p) -c 'import sys; "%d.%d" % sys.version_info[:2] == "$(1)" and print(sys.executable)' 2>/dev/null)))
 COLAB_PYTHON ?= $(call find_python,$(COLAB_PY_VERSION))
-# `make test-cuda-build`: the suite again with PyPI's torch for Linux, the CUDA build that brings
-# Triton (what a learner's Linux machine installs), in .venv-cuda, on this Python; every test and
-# notebook but the website's, which `make test` builds and reads in a browser either way.
+# `make test-cuda-build`: the unit tests again with PyPI's torch for Linux, the CUDA build that
+# brings Triton (what a learner's Linux machine installs), in .venv-cuda, on this Python. The
+# notebooks run on a CUDA build of torch in `make test-colab` (Colab's torch 2.11, Python 3.13,
+# Kaggle's 2.10, Python 3.12); here every test file but the website's, which reads pages only.
 CUDA_BUILD_PY_VERSION ?= 3.13
 CUDA_BUILD_PYTHON ?= $(call find_python,$(CUDA_BUILD_PY_VERSION))
+CUDA_VENV := .venv-cuda
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 QUICK  := GPUCOURSE_QUICK=1 GPUCOURSE_OFFLINE=1
+# Where an environment lives can be given (CI keeps them outside the checkout, one per content of
+# their requirements, so an unchanged runtime is not installed again: .ci/run).
 COLAB_VENV  := .venv-colab-$(RUNTIME)
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 NOTEBOOK_TESTS := -p no:cacheprovider -n 2 --dist loadfile --nbval-lax
+# REPORT_DIR=folder: every pytest run writes its timings there as JUnit XML (.ci/report.py reads them).
+junit = $(if $(REPORT_DIR),--junitxml=$(REPORT_DIR)/$(1).xml -o junit_family=xunit1)
+# `make test` runs each notebook once: nbval stores its executions, outputs included, in the jupyter-cache
+# the website's build reads (conftest.py --book-cache), so tests/test_book.py builds the site from them.
+BOOK_CACHE := _build/test/_build/.jupyter_cache
 
 # A runtime named wrong stops here, before anything is built.
 _ := $(if $(wildcard $(COLAB_CONSTRAINTS)),,$(if $(filter test-colab,$(MAKECMDGOALS)),$(error RUNTIME=$(RUNTIME): there is no $(COLAB_CONSTRAINTS); the runtimes are: $(patsubst colab/%/constraints.txt,%,$(wildcard colab/*/constraints.txt))))))
@@ -41,8 +51,8 @@ help:
 	@echo "make test       run all tests in quick+offline mode (what CI runs); finds or installs Chromium"
 	@echo "make test-busy  make test beside LOAD=8 CPU-bound processes (a load near 10 on 2 cores)"
 	@echo "make test-colab run every notebook with the versions of Colab's default runtime (.venv-colab-current)"
-	@echo "                RUNTIME=previous: the same with Colab's previous runtime (.venv-colab-previous)"
-	@echo "make test-cuda-build  make test again with PyPI's CUDA build of torch and Triton (.venv-cuda, Python 3.13)"
+	@echo "                RUNTIME=kaggle: the same with Kaggle's GPU image (.venv-colab-kaggle, Python 3.12)"
+	@echo "make test-cuda-build  the unit tests again with PyPI's CUDA build of torch and Triton (.venv-cuda, Python 3.13)"
 	@echo "make gpu-check  run every episode at this machine's size; write gpucourse/references/<device>.json"
 	@echo "                GPU_CHECK_ARGS=\"--plan\", \"--chunk 1/2\", \"--quick\": chunks of <= 9 min, a smoke pass"
 	@echo "make gpu-bundle wheels gpu-check needs on a GPU node without internet (BUNDLE_PYTHON=3.12)"
@@ -72,8 +82,13 @@ book: $(STAMP)
 browser: $(STAMP)
 	@$(PY) tools/ensure_browser.py
 
+# First the unit tests and every notebook (nbval, two workers), then the website built from those
+# executions and read in Chromium (two workers; the first builds, the other waits for it).
 test: $(STAMP) browser
-	$(QUICK) $(PY) -m pytest $(NOTEBOOK_TESTS) tests episodes solutions exercises
+	$(QUICK) $(PY) -m pytest $(NOTEBOOK_TESTS) --book-cache=$(BOOK_CACHE) $(call junit,test) \
+	    tests episodes solutions exercises --ignore=tests/test_book.py
+	$(QUICK) $(PY) -m pytest -p no:cacheprovider -n 2 --book-cache=$(BOOK_CACHE) $(call junit,test-book) \
+	    tests/test_book.py
 
 # `make test-busy`: the same tests while LOAD CPU-bound processes keep the machine busy (8: a load
 # average near 10 on 2 cores); tools/busy.py stops them afterwards, even on a failure or Ctrl-C.
@@ -97,13 +112,15 @@ $(COLAB_STAMP): colab/requirements.txt $(COLAB_CONSTRAINTS)
 test-colab: $(COLAB_STAMP)
 	@echo "== Colab runtime: $(RUNTIME) (Python $(COLAB_PY_VERSION), $(COLAB_CONSTRAINTS))"
 	$(COLAB_VENV)/bin/python tools/colab_install_check.py install
-	$(QUICK) $(COLAB_VENV)/bin/python -m pytest $(NOTEBOOK_TESTS) episodes solutions exercises
+	$(QUICK) $(COLAB_VENV)/bin/python -m pytest $(NOTEBOOK_TESTS) $(call junit,test-colab-$(RUNTIME)) \
+	    episodes solutions exercises
 
 test-cuda-build:
 	@test -n "$(CUDA_BUILD_PYTHON)" || { echo "make test-cuda-build needs Python $(CUDA_BUILD_PY_VERSION); set CUDA_BUILD_PYTHON=/path/to/python3.12 or 3.13"; exit 1; }
-	$(MAKE) install PYTHON=$(CUDA_BUILD_PYTHON) VENV=.venv-cuda
-	@.venv-cuda/bin/python -c "import torch, triton; assert torch.version.cuda, 'PyPI gave a CPU build of torch here (not Linux x86_64?)'; print('== torch', torch.__version__, '(CUDA', torch.version.cuda + ') with triton', triton.__version__)"
-	$(QUICK) .venv-cuda/bin/python -m pytest $(NOTEBOOK_TESTS) tests episodes solutions exercises --ignore=tests/test_book.py
+	$(MAKE) install PYTHON=$(CUDA_BUILD_PYTHON) VENV=$(CUDA_VENV)
+	@$(CUDA_VENV)/bin/python -c "import torch, triton; assert torch.version.cuda, 'PyPI gave a CPU build of torch here (not Linux x86_64?)'; print('== torch', torch.__version__, '(CUDA', torch.version.cuda + ') with triton', triton.__version__)"
+	$(QUICK) $(CUDA_VENV)/bin/python -m pytest -p no:cacheprovider -n 2 --dist loadfile $(call junit,test-cuda-build) \
+	    tests --ignore=tests/test_book.py
 
 # On a GPU machine without the network (no .venv can be made), the system Python is used;
 # the notebook runner then comes from gpu-bundle/ (CONTRIBUTING.md, "GPU reference runs").

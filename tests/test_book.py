@@ -42,12 +42,17 @@ ALLOWED_CONSOLE = {"Got invalid theme mode: . Resetting to auto."}
 WIDTHS = {"desktop": 1280, "tablet": 800, "phone": 390}
 
 
-@pytest.fixture(scope="module")
-def site() -> Path:
+#: Where the build keeps executed notebooks (jupyter-book's `_build/.jupyter_cache` under its output).
+#: `make test` runs nbval with `--book-cache` pointing here, so the build finds every episode and
+#: solution already executed, with the outputs nbval printed (conftest.py), and runs none again.
+BOOK_CACHE = OUT / "_build" / ".jupyter_cache"
+
+
+def _build_site(expect_cached: bool) -> str:
+    """Build the site into OUT; its log. ``expect_cached``: fail if any notebook had to execute."""
     # No MPLBACKEND: figures must be drawn by the notebook's inline backend, as for learners.
     env = {k: v for k, v in os.environ.items() if k not in ("GPUCOURSE_CHECK_LOG", "MPLBACKEND")}
-    # A data folder of the build's own: nbval may run the same notebooks in the other test
-    # worker, and episode 11 empties its checkpoint folders before each run.
+    # A data folder of the build's own: episode 11 empties its checkpoint folders before each run.
     env.update(GPUCOURSE_QUICK="1", GPUCOURSE_OFFLINE="1", GPUCOURSE_DATA=str(OUT / "data"))
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(jb), "build", str(ROOT), "--path-output", str(OUT), "--warningiserror", "--keep-going"]
@@ -56,7 +61,50 @@ def site() -> Path:
     (OUT / "build.log").parent.mkdir(parents=True, exist_ok=True)
     (OUT / "build.log").write_text(log)
     assert done.returncode == 0, f"jupyter-book build failed (full log: {OUT / 'build.log'}):\n{log[-6000:]}"
+    executed = re.findall(r"^(\S+\.ipynb): Executing notebook", log, re.M)
+    assert not (expect_cached and executed), (
+        f"the build executed {len(executed)} notebooks that nbval had run (--book-cache {BOOK_CACHE}): "
+        f"{executed[:5]}; did their code change after nbval ran them, or did nbval store nothing?")
+    return log
+
+
+@pytest.fixture(scope="module")
+def site(request, testrun_uid) -> Path:
+    """The built site, once per test run however many test workers ask for it (the first builds,
+    the others wait for it under a lock and read the same folder)."""
+    from filelock import FileLock
+
+    given = request.config.getoption("--book-cache")
+    if given is not None:
+        assert Path(given).resolve() == BOOK_CACHE.resolve(), (
+            f"--book-cache {given}: the build reads {BOOK_CACHE.relative_to(ROOT)}; give that folder")
+    OUT.mkdir(parents=True, exist_ok=True)
+    stamp = OUT / "built-in-run"
+    with FileLock(str(OUT / "build.lock")):
+        if not (stamp.exists() and stamp.read_text().split("\n")[0] == testrun_uid):
+            stamp.unlink(missing_ok=True)
+            try:
+                _build_site(expect_cached=given is not None)
+                stamp.write_text(f"{testrun_uid}\nok\n")
+            except AssertionError as error:
+                stamp.write_text(f"{testrun_uid}\nfailed\n{error}")
+                raise
+        result = stamp.read_text().split("\n", 2)
+    if result[1] != "ok":
+        pytest.fail(f"the site's build failed in another test worker:\n{result[2]}", pytrace=False)
     return HTML
+
+
+def test_make_test_builds_the_site_from_the_notebooks_nbval_ran():
+    """`make test` runs nbval with --book-cache first, then this file with the same folder, which
+    `site` checks is where the build reads: every notebook executes once in `make test`."""
+    done = subprocess.run(["make", "-n", "-B", "test"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    runs = [cmd for cmd in done.stdout.replace("\\\n", " ").splitlines() if " -m pytest " in cmd]
+    option = f"--book-cache={BOOK_CACHE.relative_to(ROOT)}"
+    assert len(runs) == 2 and all(option in cmd for cmd in runs), runs
+    assert "--nbval-lax" in runs[0] and "episodes" in runs[0] and "--ignore=tests/test_book.py" in runs[0]
+    assert runs[1].rstrip().endswith("tests/test_book.py"), runs[1]
 
 
 def test_every_toc_page_is_built(site):
