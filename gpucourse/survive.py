@@ -1,4 +1,4 @@
-"""Start :mod:`gpucourse.survive_train` in a child process, and kill or signal it mid-run (episode 11).
+"""Start :mod:`gpucourse.children.survive_train` in a child process, and kill or signal it mid-run (episode 11).
 
 ``run`` starts the script in a process group of its own, reads its ``step N`` lines as they
 come, and, once step ``kill_at`` is reported, sends ``sig`` (SIGKILL by default: no handler,
@@ -58,8 +58,8 @@ class Result:
 
 
 def command(out, **options) -> list:
-    """``python -m gpucourse.survive_train --out OUT --key value ...`` (True means a bare flag)."""
-    cmd = [sys.executable, "-m", "gpucourse.survive_train", "--out", str(Path(out))]
+    """``python -m gpucourse.children.survive_train --out OUT --key value ...`` (True means a bare flag)."""
+    cmd = [sys.executable, "-m", "gpucourse.children.survive_train", "--out", str(Path(out))]
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
         if value is True:

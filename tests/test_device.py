@@ -132,7 +132,7 @@ def test_backend_names_the_build_on_a_machine_without_gpu(monkeypatch, cuda, hip
 
 
 def test_backend_names_the_build_and_what_is_usable():
-    from gpucourse.fakecuda import fake_gpu
+    from gpucourse.fakes.fakecuda import fake_gpu
 
     with fake_gpu("L4", cuda_version="12.8"):
         text = device.backend()

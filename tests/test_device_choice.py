@@ -13,7 +13,8 @@ from unittest import mock
 import pytest
 import torch
 
-from gpucourse import device as course_device, fakecuda
+from gpucourse import device as course_device
+from gpucourse.fakes import fakecuda
 from taught import assert_same_function, code_cells, first_screen, run_printed
 
 ROOT = Path(__file__).resolve().parents[1]

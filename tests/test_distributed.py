@@ -532,7 +532,7 @@ def test_tf_worker_whose_port_is_taken_says_so(tmp_path):
 
 def test_pick_device_gives_each_local_rank_its_own_gpu_and_nccl():
     from gpucourse.distributed.ddp_train import pick_device
-    from gpucourse.fakecuda import fake_gpu
+    from gpucourse.fakes.fakecuda import fake_gpu
 
     with fake_gpu("T4", count=2):
         assert pick_device(0, 2) == (torch.device("cuda", 0), "nccl")
@@ -549,7 +549,7 @@ def test_pick_device_gives_each_local_rank_its_own_gpu_and_nccl():
 ])
 def test_pick_device_refuses_more_processes_than_visible_gpus(count, visible, local_rank, local_world_size):
     from gpucourse.distributed.ddp_train import pick_device
-    from gpucourse.fakecuda import fake_gpu
+    from gpucourse.fakes.fakecuda import fake_gpu
 
     with fake_gpu("T4", count=count, visible=visible):
         seen = torch.cuda.device_count()
@@ -563,7 +563,7 @@ def test_pick_device_refuses_more_processes_than_visible_gpus(count, visible, lo
 @pytest.mark.parametrize("visible", [None, ""])
 def test_pick_device_without_a_gpu_is_the_cpu_and_gloo(visible):
     from gpucourse.distributed.ddp_train import pick_device
-    from gpucourse.fakecuda import fake_gpu
+    from gpucourse.fakes.fakecuda import fake_gpu
 
     with fake_gpu("T4", count=2 if visible == "" else 0, visible=visible):   # GPUs hidden, or none at all
         assert not torch.cuda.is_available()

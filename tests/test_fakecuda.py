@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from gpucourse import fakecuda
-from gpucourse.fakecuda import MODELS, fake_gpu, machine_spec, parse_machine_spec
+from gpucourse.fakes import fakecuda
+from gpucourse.fakes.fakecuda import MODELS, fake_gpu, machine_spec, parse_machine_spec
 
 MIB = 2**20
 
@@ -34,7 +34,7 @@ def _child(code: str, **env) -> subprocess.CompletedProcess:
 def test_libraries_import_first_thing_under_a_fake_t4(imports):
     """With _is_compiled() True, torch/_dynamo/device_interface.py imports _cuda_getCurrentRawStream."""
     pytest.importorskip(imports.split()[1].split(".")[0].rstrip(";"))
-    code = ("from gpucourse.fakecuda import fake_gpu\n"
+    code = ("from gpucourse.fakes.fakecuda import fake_gpu\n"
             "with fake_gpu('T4'):\n"
             f"    {imports}\n"
             "    import torch; print(torch.cuda._is_compiled(), torch.cuda.get_device_name(0))\n")
@@ -204,7 +204,7 @@ def test_a_tensorflow_child_sees_the_fake_gpus_when_the_parent_faked_tensorflow(
 
 def test_a_child_that_never_imports_torch_does_not_load_it():
     with fake_gpu("T4"):
-        done = _child("import sys; print('torch' in sys.modules, 'gpucourse.fakecuda' in sys.modules)")
+        done = _child("import sys; print('torch' in sys.modules, 'gpucourse.fakes.fakecuda' in sys.modules)")
     assert done.stdout.split() == ["False", "True"]
 
 
@@ -223,7 +223,7 @@ def test_a_torchrun_worker_takes_a_gpu_and_nccl_not_the_cpu():
 def test_episode_11s_training_child_goes_to_the_fake_gpu_instead_of_training_on_the_cpu(tmp_path):
     """Without the fake in the child it trained on the CPU while the notebook named a GPU; now it
     chooses CUDA (``--device auto``) and stops at its first CUDA tensor, which the fake cannot make."""
-    command = [sys.executable, "-m", "gpucourse.survive_train", "--out", str(tmp_path), "--epochs", "1",
+    command = [sys.executable, "-m", "gpucourse.children.survive_train", "--out", str(tmp_path), "--epochs", "1",
                "--samples", "64", "--batch", "64", "--quiet"]
     with fake_gpu("T4"):
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucourse import estimate, fakecuda, feasibility
+from gpucourse import estimate, feasibility
+from gpucourse.fakes import fakecuda
 
 ROOT = Path(__file__).resolve().parents[1]
 # Another folder of episodes can be checked instead: FEASIBILITY_EPISODES=/path/to/them pytest ...
@@ -147,7 +148,7 @@ def test_gpu_models_agree_with_the_fake_cuda_runtime():
             assert model["memory_basis"] == "torch", fake["name"]
             assert tuple(model["compute_capability"]) == (fake["major"], fake["minor"])
             compared += 1
-    assert compared >= 3, "fewer than three models in common with gpucourse/fakecuda.py"
+    assert compared >= 3, "fewer than three models in common with gpucourse/fakes/fakecuda.py"
 
 
 # ---- closed forms against the modules they count -----------------------------------------

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucourse import fakecuda, features, frameworks
+from gpucourse import features, frameworks
+from gpucourse.fakes import fakecuda
 
 ROOT = Path(__file__).resolve().parents[1]
 # Colab's G4 (sm_120), as in fakecuda.MODELS once it is there; added here for the test where not.

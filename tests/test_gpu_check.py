@@ -325,7 +325,7 @@ def test_the_record_holds_each_finished_notebook_when_the_run_is_stopped(tmp_pat
 
 
 def test_versions_and_the_driver_cuda_version_are_recorded():
-    from gpucourse.fakecuda import fake_gpu
+    from gpucourse.fakes.fakecuda import fake_gpu
 
     header = "| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0     |"
     assert gpu_check.driver_cuda_version(header) == "13.0" and gpu_check.driver_cuda_version("") is None

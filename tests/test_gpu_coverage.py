@@ -184,7 +184,7 @@ def test_guards_computed_by_course_helpers_are_found(tmp_path):
 def test_the_package_has_gpu_branches_of_every_kind():
     """The real source: monitor.py's flag, survive_train's keyword, memory.py's Cuda class."""
     found = {path.name: gpu_coverage.gpu_branches_in_source(path.read_text())
-             for path in gpu_coverage.PACKAGE.glob("*.py")}
+             for path in gpu_coverage.PACKAGE.rglob("*.py")}
     assert any(b.what == "if self.gpu" for b in found["monitor.py"])
     assert any(b.what == 'enabled=device.type == "cuda"' and b.one_line for b in found["survive_train.py"])
     assert any(b.what.startswith("CudaMeter.") for b in found["memory.py"])

@@ -1,6 +1,6 @@
 """``tools/gpu_check.py --envelope t4``: a T4's limits on a big GPU, under the fake CUDA runtime.
 
-A fake H100 is made to look like a T4 where software can (``gpucourse/envelope.py``); its record
+A fake H100 is made to look like a T4 where software can (``gpucourse/fakes/envelope.py``); its record
 is labelled "T4 envelope on NVIDIA H100 80GB HBM3", never shown as a T4 nor used as the H100's
 reference, and the feasibility model's T4 rows are held against each notebook.
 """
@@ -15,8 +15,9 @@ import nbformat
 import pytest
 
 from conftest import ROOT
-from gpucourse import envelope, feasibility, reference
-from gpucourse.fakecuda import fake_gpu
+from gpucourse import feasibility, reference
+from gpucourse.fakes import envelope
+from gpucourse.fakes.fakecuda import fake_gpu
 
 sys.path.insert(0, str(ROOT / "tools"))
 import gpu_check  # noqa: E402

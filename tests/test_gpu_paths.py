@@ -1,6 +1,6 @@
 """The branches that run only on a GPU, executed on the CPU under the fake CUDA runtime.
 
-`gpucourse.fakecuda` replaces only the lowest layer (torch._C's CUDA entry points, cudaMemGetInfo,
+`gpucourse.fakes.fakecuda` replaces only the lowest layer (torch._C's CUDA entry points, cudaMemGetInfo,
 nvidia-smi, TensorFlow's GPU list); torch.cuda's Python wrappers stay real, so a wrong argument fails
 here as it does on a GPU. Each test names the review finding (D1–D10) it would have caught.
 """
@@ -14,7 +14,7 @@ import torch
 
 from gpucourse import device as gdevice
 from gpucourse import memory, reference
-from gpucourse.fakecuda import MODELS, fake_gpu, segment_size
+from gpucourse.fakes.fakecuda import MODELS, fake_gpu, segment_size
 from gpucourse.profiling import self_time_table
 
 MIB, GIB = 2**20, 2**30

@@ -30,7 +30,8 @@ import triton.language as tl  # noqa: E402
 from numba import cuda  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
-from gpucourse import fakecuda, kernels, tracebacks  # noqa: E402
+from gpucourse import kernels, tracebacks
+from gpucourse.fakes import fakecuda  # noqa: E402
 
 EPISODE = ROOT / "episodes" / "12-gpu-kernels.ipynb"
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
 from gpucourse import llm
-from gpucourse.fakecuda import MODELS, fake_gpu
+from gpucourse.fakes.fakecuda import MODELS, fake_gpu
 from gpucourse.memory import format_bytes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from gpucourse import memory
-from gpucourse.fakecuda import fake_gpu
+from gpucourse.fakes.fakecuda import fake_gpu
 from gpucourse.memory import GIB, MIB, format_bytes
 
 

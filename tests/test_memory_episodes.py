@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpucourse import estimate, fragmentation_child, memory, tf_memory_child
+from gpucourse import estimate, memory
+from gpucourse.children import fragmentation_child, tf_memory_child
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ["make_mlp", "make_cnn", "training_step", "state_bytes", "activation_bytes_per_sample", "mlp_parameters",

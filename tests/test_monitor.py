@@ -88,7 +88,7 @@ def test_a_failing_nvidia_smi_is_explained(tmp_path, monkeypatch, capsys):
 
 def test_the_monitor_samples_a_fake_gpu():
     """The fake runtime's nvidia-smi loops with -lms, as the monitor calls it, and names the GPU by UUID."""
-    from gpucourse.fakecuda import CONTEXT_BYTES, fake_gpu
+    from gpucourse.fakes.fakecuda import CONTEXT_BYTES, fake_gpu
 
     with fake_gpu("T4", 2) as gpu:
         torch.cuda.set_device(1)
@@ -103,7 +103,7 @@ def test_the_monitor_samples_a_fake_gpu():
 
 def test_nvidia_smis_own_explanation_on_stdout_is_shown(monkeypatch, capsys):
     """G4-8: nvidia-smi refuses a field on stdout; the message must carry its words, not 'no output'."""
-    from gpucourse.fakecuda import fake_gpu
+    from gpucourse.fakes.fakecuda import fake_gpu
 
     monkeypatch.setattr(monitor, "QUERY", "timestamp,utilization.gpu,memory.usedd")
     with fake_gpu("H100"):

@@ -36,7 +36,7 @@ ALLOWED_FENCES = {
         "a published tutorial's listing, broken on purpose, that the episode repairs; "
         "tests/test_taught_ep04.py checks that it cannot run (SyntaxError)"),
     ("11", "python", "while epoch < args.epochs"): (
-        "key lines of gpucourse/survive_train.py, which runs in child processes that are "
+        "key lines of gpucourse/children/survive_train.py, which runs in child processes that are "
         "killed; tests/test_survive.py keeps each line equal to the module"),
     ("12", "python", "cp.RawKernel"): "CuPy has no CPU mode: nothing here can run it",
 }

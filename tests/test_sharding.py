@@ -27,7 +27,7 @@ import torch
 
 from gpucourse.distributed import launch, torchrun
 from gpucourse.distributed import memory_plan, sharded
-from gpucourse.fakecuda import fake_gpu
+from gpucourse.fakes.fakecuda import fake_gpu
 from gpucourse.llm import CONFIGS
 from taught import cells, run_marked
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpucourse import checkpoint, survive, survive_train
+from gpucourse import checkpoint, survive
+from gpucourse.children import survive_train
 
 OPTS = dict(epochs=2, samples=512, batch=32, every=5)     # 32 steps
 TIMEOUT = 120
@@ -94,7 +95,7 @@ def test_sigusr1_saves_then_stops_and_the_run_resumes(straight, tmp_path):
 
 
 def test_leaving_a_part_out_changes_the_result(straight, tmp_path):
-    from gpucourse import survive_train
+    from gpucourse.children import survive_train
 
     args = ["--epochs", "2", "--samples", "512", "--batch", "32", "--quiet"]
     survive_train.main(args + ["--out", str(tmp_path), "--stop-after", "20"])

@@ -22,7 +22,7 @@ from gpucourse.profiling import SlowShards
 
 EPISODE = Path(__file__).resolve().parents[1] / "episodes" / "11-runs-that-survive.ipynb"
 
-# Stands in for `python -m gpucourse.survive_train`: on USR1 or TERM it "saves" and exits
+# Stands in for `python -m gpucourse.children.survive_train`: on USR1 or TERM it "saves" and exits
 # 128 + the signal's number, as the script does; FINISH makes it end by itself. It waits in a
 # `sleep` that it stops on its way out and that writes nowhere: a sleep left running with the
 # job's output open would keep that output open, and the test waiting for its end, for the

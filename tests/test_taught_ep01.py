@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 import torch
 
-from gpucourse import fakecuda, reference, timing
+from gpucourse import reference, timing
+from gpucourse.fakes import fakecuda
 import taught
 from taught import cells_calling, code_cells, prediction
 

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpucourse import device as course_device, fakecuda
+from gpucourse import device as course_device
+from gpucourse.fakes import fakecuda
 from taught import assert_same_function, code_cell, run_printed
 
 EPISODE_2 = "episodes/02-finding-your-gpu.ipynb"

@@ -16,7 +16,7 @@ import torch
 from sklearn import metrics
 
 from gpucourse import device as course_device, reference, settings, xgb
-from gpucourse.fakecuda import fake_backend, fake_gpu
+from gpucourse.fakes.fakecuda import fake_backend, fake_gpu
 from gpucourse.timing import crossover
 import taught
 from taught import ROOT, assert_same_function, cells_calling, code_cells, prediction

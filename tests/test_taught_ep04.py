@@ -143,7 +143,7 @@ def _cell_starting(prefix: str) -> str:
 def test_each_gpu_gets_its_policy_and_three_timed_runs(keras, model, policy):
     import tensorflow as tf
 
-    from gpucourse.fakecuda import fake_gpu
+    from gpucourse.fakes.fakecuda import fake_gpu
 
     with fake_gpu(model, tensorflow=True):
         gpus = tf.config.list_physical_devices("GPU")

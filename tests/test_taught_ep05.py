@@ -18,7 +18,8 @@ import psutil
 import pytest
 import torch
 
-from gpucourse import estimate, fakecuda, feasibility, llm, reference, settings
+from gpucourse import estimate, feasibility, llm, reference, settings
+from gpucourse.fakes import fakecuda
 from taught import ROOT, cell_function, cells_calling, code_cells, prediction, run_marked
 
 EPISODE = "episodes/05-gpu-memory.ipynb"

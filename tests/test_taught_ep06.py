@@ -19,7 +19,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpucourse import fakecuda, fragmentation_child, memory, settings, tf_memory_child
+from gpucourse import memory, settings
+from gpucourse.children import fragmentation_child, tf_memory_child
+from gpucourse.fakes import fakecuda
 from gpucourse.memory import MIB
 import taught
 from taught import ROOT, assert_same_function, cells, cells_calling, code_cells, prediction

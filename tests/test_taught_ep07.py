@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gpucourse import features, profiling, reference, settings
-from gpucourse.fakecuda import fake_backend, fake_gpu
+from gpucourse.fakes.fakecuda import fake_backend, fake_gpu
 from taught import (assert_same_function, cell_function, code_cell, code_cells, markdown_cells,
                     prediction, run_marked)
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from gpucourse import device as course_device, fakecuda, feasibility, reference, settings
+from gpucourse import device as course_device, feasibility, reference, settings
+from gpucourse.fakes import fakecuda
 from taught import ROOT, cells_calling, code_cell, code_cells, prediction, run_cells
 
 EPISODE = "episodes/08-feeding-the-gpu.ipynb"

@@ -15,7 +15,7 @@ from gpucourse import device as course_device, settings
 from gpucourse.distributed import slurm
 from gpucourse.distributed.ddp_train import make_model
 from gpucourse.distributed.key_lines import listing
-from gpucourse.fakecuda import fake_backend, fake_gpu
+from gpucourse.fakes.fakecuda import fake_backend, fake_gpu
 from taught import ROOT, code_cell, code_cells, markdown_cells, prediction, run_marked
 
 EPISODE = "episodes/09-more-than-one-gpu.ipynb"

@@ -62,7 +62,7 @@ def test_without_a_gpu_the_cell_sets_what_kernels_setup_sets(monkeypatch):
 
 
 def test_on_a_gpu_neither_the_cell_nor_kernels_setup_sets_a_switch(monkeypatch):
-    from gpucourse import fakecuda
+    from gpucourse.fakes import fakecuda
 
     assert _cell_switches(monkeypatch, "cuda") == dict.fromkeys(SWITCHES)
     monkeypatch.setattr(kernels, "numba_cuda_problem", lambda: None)   # numba-cuda works

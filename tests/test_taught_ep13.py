@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucourse import fakecuda
+from gpucourse.fakes import fakecuda
 from taught import ROOT, cells, code_cell, code_cells, first_screen, markdown_cells, run_cells
 from test_sharding import WRITEFILE, scripts, write_scripts
 

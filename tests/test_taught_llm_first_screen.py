@@ -10,7 +10,8 @@ import re
 import pytest
 import torch
 
-from gpucourse import fakecuda, llm
+from gpucourse import llm
+from gpucourse.fakes import fakecuda
 from taught import cells_calling, code_cells, run_marked
 
 FIRST_SCREENS = {

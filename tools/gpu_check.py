@@ -44,7 +44,7 @@ Keras's PyTorch backend (``KERAS_BACKEND=torch``) unless ``KERAS_BACKEND`` is se
 rarely have TensorFlow.
 
 ``--envelope t4`` runs the notebooks with the GPU limited to what a T4 has, where software
-can (``gpucourse/envelope.py``: memory, attention kernels, compute capability, bf16, TF32),
+can (``gpucourse/fakes/envelope.py``: memory, attention kernels, compute capability, bf16, TF32),
 writes ``<device>-t4-envelope.json`` labelled "T4 envelope on <GPU>" (never a T4, never a
 reference for its own GPU), and holds the feasibility model's T4 rows against each notebook:
 a notebook that stopped out of memory where the model says every row fits is a failure.
@@ -343,7 +343,7 @@ def run_notebook(path: Path, timeout: float, figures_file: Path, quick: bool = F
         env["GPUCOURSE_QUICK"] = "1"  # ... unless this is the smoke pass
     env.setdefault("KERAS_BACKEND", KERAS_BACKEND)
     if envelope:
-        from gpucourse import envelope as limits
+        from gpucourse.fakes import envelope as limits
 
         env[limits.VARIABLE] = envelope
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [limits.SITE_FOLDER, env.get("PYTHONPATH")]))

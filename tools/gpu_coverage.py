@@ -23,7 +23,7 @@ Notebook cells that run only on a GPU (code under ``if on_gpu:`` and the like in
 GPU is lent (``tools/gpu_check.py``).
 
 On a machine without a GPU, the package's branches run only under the fake CUDA runtime
-(``gpucourse.fakecuda``). The report gives each branch as ``file:line`` with run/not run, and
+(``gpucourse.fakes.fakecuda``). The report gives each branch as ``file:line`` with run/not run, and
 the package's overall branch coverage.
 """
 

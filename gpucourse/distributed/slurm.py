@@ -52,7 +52,7 @@ REQUEUE = r"""#!/bin/bash
 #SBATCH --requeue                # the job may be put back in the queue
 #SBATCH --open-mode=append       # a requeued job appends to its log
 
-python -m gpucourse.survive_train --out "$SCRATCH/run-1" &     # resumes if a checkpoint is there
+python -m gpucourse.children.survive_train --out "$SCRATCH/run-1" &     # resumes if a checkpoint is there
 child=$!
 asked=
 ask() { echo "SIG$1: asking the run to save"; asked=1; kill -"$1" "$child"; }

@@ -37,7 +37,7 @@ T4_CAPABILITY = (7, 5)
 
 def t4_limits() -> dict:
     """What the envelope sets, read from the feasibility model's data (never typed in here)."""
-    from . import feasibility
+    from .. import feasibility
 
     t4 = feasibility.gpu_models()["T4"]
     capability = tuple(t4["compute_capability"])

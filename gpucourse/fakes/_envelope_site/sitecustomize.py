@@ -1,7 +1,7 @@
 """Kernels of ``tools/gpu_check.py --envelope t4`` see their GPU limited to a T4's envelope.
 
 gpu_check puts this folder first on ``PYTHONPATH`` and sets ``GPUCOURSE_ENVELOPE=t4``; the
-limits (``gpucourse.envelope``) are applied right after ``torch`` is imported. Any other
+limits (``gpucourse.fakes.envelope``) are applied right after ``torch`` is imported. Any other
 ``sitecustomize`` further along the path (the fake CUDA runtime's, in the tests) runs first,
 so that the envelope limits the machine that process sees.
 """
@@ -34,6 +34,6 @@ if os.environ.get("GPUCOURSE_ENVELOPE") == "t4":
     package_root = os.path.dirname(os.path.dirname(HERE))
     if importlib.util.find_spec("gpucourse") is None:
         sys.path.append(package_root)
-    from gpucourse.envelope import install_on_import
+    from gpucourse.fakes.envelope import install_on_import
 
     install_on_import()

@@ -2,7 +2,7 @@
 
 ``PYTORCH_CUDA_ALLOC_CONF`` is read when CUDA starts, so each setting needs a new process::
 
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python -m gpucourse.fragmentation_child
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python -m gpucourse.children.fragmentation_child
 
 With a budget of 1.5 GiB, :func:`fragment_then_ask` frees a 1 GiB tensor (on a GPU its segment
 stays cached), cuts sixteen 64 MiB tensors from it, frees every other one, and asks for 640 MiB:
@@ -84,7 +84,7 @@ def run(setting="", timeout=300):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")}
     if setting:   # the older name, which every PyTorch 2 reads (some newer ones warn)
         env["PYTORCH_CUDA_ALLOC_CONF"] = setting
-    return run_child([sys.executable, "-m", "gpucourse.fragmentation_child"], env=env, timeout=timeout)
+    return run_child([sys.executable, "-m", "gpucourse.children.fragmentation_child"], env=env, timeout=timeout)
 
 
 if __name__ == "__main__":

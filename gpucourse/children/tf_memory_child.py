@@ -3,8 +3,8 @@
 Memory growth can be set only once per process and TensorFlow keeps what it took until the process
 ends, so each run is a new Python process::
 
-    python -m gpucourse.tf_memory_child growth-on           # memory growth on; report memory
-    python -m gpucourse.tf_memory_child growth-off search   # off; then run out and halve the batch
+    python -m gpucourse.children.tf_memory_child growth-on           # memory growth on; report memory
+    python -m gpucourse.children.tf_memory_child growth-off search   # off; then run out and halve the batch
 
 It prints one line of JSON: the TensorFlow version, the device, what ``nvidia-smi`` says the GPU
 uses before and after TensorFlow starts (``GPU_UUID`` names the GPU), what
@@ -189,7 +189,7 @@ def run(*args, gpu_uuid="", timeout=600):
         env["CUDA_VISIBLE_DEVICES"] = gpu_uuid
     from gpucourse.memory import run_child
 
-    return run_child([sys.executable, "-m", "gpucourse.tf_memory_child", *args], env=env, timeout=timeout)
+    return run_child([sys.executable, "-m", "gpucourse.children.tf_memory_child", *args], env=env, timeout=timeout)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Child processes of a fake-GPU run see the same fake machine (``gpucourse.fakecuda``).
+"""Child processes of a fake-GPU run see the same fake machine (``gpucourse.fakes.fakecuda``).
 
 ``fake_gpu`` puts this folder first on ``PYTHONPATH`` and describes its machine in
 ``GPUCOURSE_FAKE_GPU`` (e.g. ``T4x2``) while it is active, so every Python process started
@@ -30,7 +30,7 @@ if os.environ.get("GPUCOURSE_FAKE_GPU"):
     package_root = os.path.dirname(os.path.dirname(HERE))   # the folder that holds gpucourse/
     if importlib.util.find_spec("gpucourse") is None:
         sys.path.append(package_root)
-    from gpucourse.fakecuda import install_on_import
+    from gpucourse.fakes.fakecuda import install_on_import
 
     install_on_import(os.environ["GPUCOURSE_FAKE_GPU"])
 

@@ -1,4 +1,4 @@
-"""The fake runtime's ``nvidia-smi``: answers from the state file ``gpucourse.fakecuda`` writes.
+"""The fake runtime's ``nvidia-smi``: answers from the state file ``gpucourse.fakes.fakecuda`` writes.
 
 It runs as a script (``python -S -E fakecuda_smi.py ARGS``, standard library only), so that
 it starts fast and imports neither torch nor the course. It answers what the course asks:

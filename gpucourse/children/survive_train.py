@@ -2,7 +2,7 @@
 
 Run it as a script, as one would on a cluster::
 
-    python -m gpucourse.survive_train --out FOLDER [--epochs 3 --every 10 ...]
+    python -m gpucourse.children.survive_train --out FOLDER [--epochs 3 --every 10 ...]
 
 It trains a small MLP with dropout, AdamW, a cosine learning-rate schedule and (on a GPU)
 mixed precision, writes ``FOLDER/checkpoint-{step}.pt`` every ``--every`` steps (keeping the
@@ -33,9 +33,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from . import checkpoint
-from .atomic import save_atomic
-from .device import cuda_usable
+from .. import checkpoint
+from ..atomic import save_atomic
+from ..device import cuda_usable
 
 
 def parse_args(argv=None) -> argparse.Namespace:

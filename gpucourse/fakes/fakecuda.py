@@ -11,14 +11,14 @@ device properties, ``cudaMemGetInfo``), the CUDA version of the build, ``nvidia-
 It reaches as far as a GPU machine's start-up: libraries that import CUDA-only entry points
 once ``torch.cuda._is_compiled()`` is True (``torch._dynamo``, transformers, peft) import, the
 stream entry points raising a clear error if called; ``torch.cuda.is_bf16_supported`` answers
-as each model does; ``nvidia-smi`` (``gpucourse/fakecuda_smi.py``) samples in a loop; and Python
+as each model does; ``nvidia-smi`` (``gpucourse/fakes/fakecuda_smi.py``) samples in a loop; and Python
 processes started inside the block see the same machine (``_fakecuda_site/sitecustomize.py``).
 
 The fake has no kernels: tensors cannot be created on ``"cuda"``. Instead its caching
 allocator is driven by hand (``gpu.allocate(nbytes)``, ``gpu.free(nbytes)``), with the real
 allocator's segment sizes, the per-process fraction and ``torch.OutOfMemoryError``.
 
->>> from gpucourse.fakecuda import fake_gpu
+>>> from gpucourse.fakes.fakecuda import fake_gpu
 >>> with fake_gpu("T4") as gpu:
 ...     import torch
 ...     torch.cuda.get_device_name(0)
@@ -347,7 +347,7 @@ NO_STREAMS = ("_cuda_getCurrentRawStream", "_cuda_getCurrentStream", "_cuda_getD
 
 def _no_streams(name: str):
     def stub(*args, **kwargs):
-        raise RuntimeError(f"torch._C.{name}: the fake CUDA runtime (gpucourse.fakecuda) has no streams "
+        raise RuntimeError(f"torch._C.{name}: the fake CUDA runtime (gpucourse.fakes.fakecuda) has no streams "
                            "or kernels; this call needs a real GPU. Test the code around it, or catch "
                            "this error where a real GPU would not raise.")
     stub.__name__ = name
@@ -635,7 +635,7 @@ def _fake_machine(gpus: FakeGPUs, *, nvidia_smi: bool, tensorflow: bool):
 @contextlib.contextmanager
 def _fake_tensorflow(gpus: FakeGPUs, restore: list):
     """``tf.config.list_physical_devices`` and ``get_device_details`` as on a machine with these GPUs."""
-    from .frameworks import import_tensorflow
+    from ..frameworks import import_tensorflow
 
     tf = import_tensorflow()
     real_list = tf.config.list_physical_devices
