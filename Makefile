@@ -113,6 +113,7 @@ test-colab: $(COLAB_STAMP)
 	@echo "== Colab runtime: $(RUNTIME) (Python $(COLAB_PY_VERSION), $(COLAB_CONSTRAINTS))"
 	$(COLAB_VENV)/bin/python tools/colab_install_check.py install
 	$(QUICK) $(COLAB_VENV)/bin/python -m pytest $(NOTEBOOK_TESTS) $(call junit,test-colab-$(RUNTIME)) \
+	    $(if $(wildcard colab/$(RUNTIME)/stops.txt),--runtime-stops=colab/$(RUNTIME)/stops.txt) \
 	    episodes solutions exercises
 
 test-cuda-build:

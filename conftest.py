@@ -15,6 +15,10 @@
 * ``--book-cache DIR``: every notebook nbval runs without a failure is stored, with the
   outputs it printed, in the jupyter-cache at DIR, which the website's build
   (``tests/test_book.py``, ``make book``) reads instead of executing the notebook again.
+* ``--runtime-stops FILE`` (``colab/<runtime>/stops.txt``): notebooks that stop on that
+  platform runtime at a cell saying in one sentence what they need (``path: words of
+  that sentence``). Such a stop passes and the notebook's later cells are skipped; a stop
+  anywhere else fails as usual, and a listed notebook that runs through fails too.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import copy
 import importlib
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -108,6 +113,25 @@ def pytest_addoption(parser):
     parser.addoption("--book-cache", metavar="DIR", default=None,
                      help="store each notebook nbval ran without a failure, with its outputs, in the "
                           "jupyter-cache at DIR, where the website's build finds it (tests/test_book.py)")
+    parser.addoption("--runtime-stops", metavar="FILE", default=None,
+                     help="notebooks that stop on this runtime saying what they need (colab/<runtime>/stops.txt)")
+
+
+def runtime_stops(config) -> dict[Path, str]:
+    """``{notebook: words its stopping cell's error says}`` from ``--runtime-stops``."""
+    given = config.getoption("--runtime-stops")
+    if not given:
+        return {}
+    stops = {}
+    for line in Path(given).read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            path, _, words = line.partition(":")
+            stops[(ROOT / path.strip()).resolve()] = words.strip()
+    return stops
+
+
+_stopped: dict = {}            # notebook path -> the words it stopped with, on this runtime
+_broke: set = set()            # listed notebooks that failed before the expected stop
 
 
 def _is_notebook_cell(item) -> bool:
@@ -156,6 +180,13 @@ def pytest_runtest_setup(item):
             os.environ["MPLBACKEND"] = saved
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    path = Path(str(item.path))
+    if path in _stopped and (_is_notebook_cell(item) or isinstance(item, CheckOutcomes)):
+        pytest.skip(f"{path.name} stopped, as expected on this runtime: {_stopped[path]}")
+
+
 # ----------------------------------------------- the book reads nbval's executions --
 
 _executions: dict = {}         # notebook path -> {"start": monotonic time, "failed": bool}
@@ -164,8 +195,21 @@ _executions: dict = {}         # notebook path -> {"start": monotonic time, "fai
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    run = _executions.get(Path(str(item.path)))
-    if run is not None and outcome.get_result().failed:
+    report = outcome.get_result()
+    path = Path(str(item.path))
+    words = runtime_stops(item.config).get(path.resolve()) if _is_notebook_cell(item) else None
+    if words and call.when == "call" and path not in _stopped and path not in _broke:
+        if report.failed and words in re.sub(r"\x1b\[[0-9;]*m", "", str(report.longrepr)):
+            _stopped[path] = words
+            report.outcome, report.longrepr = "passed", None
+        elif report.failed:
+            _broke.add(path)                     # failed elsewhere first: an ordinary failure
+        elif _last_cell.get(item.path) == item.nodeid:
+            report.outcome = "failed"
+            report.longrepr = (f"{path.name} ran through, but --runtime-stops expects it to stop with "
+                               f"{words!r} on this runtime: remove its line from that file")
+    run = _executions.get(path)
+    if run is not None and report.failed:
         run["failed"] = True
 
 

@@ -101,6 +101,31 @@ def test_nbval_fails_a_wrong_output_and_a_raising_cell_and_nothing_is_cached(fol
     assert not cache.exists() or not get_cache(str(cache)).list_cache_records()
 
 
+def test_a_runtime_stop_passes_where_listed_and_fails_anywhere_else(folder):
+    """--runtime-stops (colab/<runtime>/stops.txt): a notebook that stops saying what it needs
+    passes and skips the rest; a listed notebook that runs through, or stops elsewhere first, fails."""
+    stop = nbformat.v4.new_code_cell("raise RuntimeError('This needs frobnicate 9 or newer: upgrade it')")
+    stops = _notebook(nbformat.v4.new_code_cell("x = 1"), stop, nbformat.v4.new_code_cell("print(y)"))
+    through = GOOD
+    early = _notebook(nbformat.v4.new_code_cell("1 / 0"), stop, nbformat.v4.new_code_cell("x = 1"))
+    for name, nb in (("stops", stops), ("through", through), ("early", early)):
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    listing = folder / "stops.txt"
+    rel = folder.relative_to(ROOT)
+    listing.write_text("# what stops on this runtime\n" + "".join(
+        f"{rel}/{name}.ipynb: needs frobnicate 9 or newer\n" for name in ("stops", "through", "early")))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-rA",
+                           "--nbval-lax", f"--runtime-stops={listing}", str(rel)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = done.stdout
+    assert done.returncode == 1, out[-3000:]
+    assert re.search(r"PASSED \S*stops\.ipynb::Cell 1", out), out[-3000:]
+    assert "1 skipped" in out and "stops.ipynb stopped, as expected on this runtime: needs frobnicate 9" in out
+    assert "through.ipynb ran through, but --runtime-stops expects it to stop" in out
+    assert re.search(r"FAILED \S*early\.ipynb::Cell 0", out) and re.search(r"FAILED \S*early\.ipynb::Cell 1", out)
+    assert "3 failed, 6 passed, 1 skipped in" in out, out[-1500:]
+
+
 def test_nothing_the_course_runs_passes_nbdime():
     """The one path of nbval that pytest >= 9.1 breaks is its --nbdime reporter."""
     import nbval.plugin
