@@ -115,6 +115,9 @@ test-colab: $(COLAB_STAMP)
 	$(QUICK) $(COLAB_VENV)/bin/python -m pytest $(NOTEBOOK_TESTS) $(call junit,test-colab-$(RUNTIME)) \
 	    $(if $(wildcard colab/$(RUNTIME)/stops.txt),--runtime-stops=colab/$(RUNTIME)/stops.txt) \
 	    episodes solutions exercises
+	@# Episode 4 again on Keras 3's PyTorch backend, which the platform's Keras also runs
+	KERAS_BACKEND=torch $(QUICK) $(COLAB_VENV)/bin/python -m pytest -p no:cacheprovider --nbval-lax \
+	    $(call junit,test-colab-$(RUNTIME)-keras-torch) episodes/04-keras-cnn.ipynb solutions/04-keras-cnn.ipynb
 
 test-cuda-build:
 	@test -n "$(CUDA_BUILD_PYTHON)" || { echo "make test-cuda-build needs Python $(CUDA_BUILD_PY_VERSION); set CUDA_BUILD_PYTHON=/path/to/python3.12 or 3.13"; exit 1; }
