@@ -117,7 +117,8 @@ def cpu_reference(x):
 
 
 def device_type(name):
-    return tf.DeviceSpec.from_string(name).device_type
+    kind = str(name).rsplit("device:", 1)[-1].split(":")[0].upper()
+    return "GPU" if kind == "CUDA" else kind
 
 
 def test_q2_right_answer():
@@ -132,7 +133,8 @@ def test_q2_other_right_answers():
             return tf.linalg.matmul(tf.cast(x, tf.float64), tf.cast(x, tf.float64), transpose_b=True)
 
     def by_parsing(name):
-        return name.rsplit("device:", 1)[1].split(":")[0].lower()
+        kind = name.rsplit("device:", 1)[-1].split(":")[0].lower()
+        return {"cuda": "gpu"}.get(kind, kind)
 
     assert outcome(ep04.q2, with_literal_cpu, by_parsing)[0] == "correct"
 
@@ -247,8 +249,10 @@ Q2_WRONG = {
                                      lambda name: "GPU" if tf.config.list_logical_devices("GPU") else "CPU",
                                      "not from this machine"),
     "device_type returns the whole name": (cpu_reference, lambda name: name, "only the kind of device"),
-    "device_type keeps the index": (cpu_reference, lambda name: name.split("device:")[1], "without job, task or index"),
-    "device_type returns a DeviceSpec": (cpu_reference, lambda name: tf.DeviceSpec.from_string(name), ".device_type"),
+    "device_type keeps the index": (cpu_reference, lambda name: str(name).rsplit("device:", 1)[-1],
+                                    "without job, task or index"),
+    "device_type returns a DeviceSpec": (cpu_reference, lambda name: tf.DeviceSpec(device_type=device_type(name)),
+                                          ".device_type"),
     "device_type returns a bool": (cpu_reference, lambda name: "GPU" in name, "not True/False"),
     "device_type right for CPU names only": (cpu_reference, lambda name: "CPU" if "CPU" in name else "TPU",
                                              "expected 'GPU'"),
@@ -334,10 +338,18 @@ def test_q3_right_answers_pass_and_stubs_are_not_done():
     for fn in (epoch_seconds, epoch_seconds_other_spelling):
         result, message = outcome(ep04.q3, fn, PREDICTED, 0.66)
         assert result == "correct" and "within 20 %" in message, message
-    result, message = outcome(ep04.q3, epoch_seconds, PREDICTED, 2.0)
+    timed = ep04.q3_slow_pipeline().prefetch(1)          # the pipeline timed, handed over: it decides
+    result, message = outcome(ep04.q3, epoch_seconds, PREDICTED, 2.0, timed)
     assert result == "correct" and "busy machine" in message       # a measurement never decides the verdict
-    result, message = outcome(ep04.q3, epoch_seconds, PREDICTED, 20.0)   # a very busy machine: still right
+    result, message = outcome(ep04.q3, epoch_seconds, PREDICTED, 20.0, timed)   # a very busy machine
     assert result == "correct" and "busy machine" in message, message
+    result, message = outcome(ep04.q3, epoch_seconds, PREDICTED, 0.96, ep04.q3_slow_pipeline())
+    assert result == "wrong" and "prepares nothing ahead" in message, message
+    result, message = outcome(ep04.q3, epoch_seconds, PREDICTED, 0.97)    # no pipeline: the time says it
+    assert result == "wrong" and "WITHOUT prefetching" in message, message
+    result, message = outcome(ep04.q3, epoch_seconds, PREDICTED, PREDICTED)
+    assert result == "wrong" and "to the last digit" in message, message
+    assert outcome(ep04.q3, epoch_seconds, PREDICTED, 0.66, ____)[0] == "not-done"
     assert outcome(ep04.q3, lambda n, p, s, pf: ____, PREDICTED, 0.66)[0] == "not-done"
     assert outcome(ep04.q3, epoch_seconds, ____, ____)[0] == "not-done"
     assert outcome(ep04.q3, ____, ____, ____)[0] == "not-done"
@@ -589,8 +601,27 @@ def kind(name):
 
 def right(x):
     with keras.device("cpu:0"):
+        x64 = keras.ops.convert_to_tensor(x, "float64")
+        return x64 @ keras.ops.transpose(x64)
+
+def cast_keeps_x(x):                      # keras.ops.cast changes the dtype only: x64 stays on x's device
+    with keras.device("cpu:0"):
         x64 = keras.ops.cast(x, "float64")
         return x64 @ keras.ops.transpose(x64)
+
+def keras_matmul(x):                      # float64 in, float32 out off TensorFlow
+    with keras.device("cpu:0"):
+        x64 = keras.ops.convert_to_tensor(x, "float64")
+        return keras.ops.matmul(x64, keras.ops.transpose(x64))
+
+def gpu_if_any(x):
+    with keras.device("cuda:0" if torch.cuda.is_available() else "cpu:0"):
+        x64 = keras.ops.convert_to_tensor(x, "float64")
+        return x64 @ keras.ops.transpose(x64)
+
+def follows_x(x):
+    with torch.device("cpu"):             # places new tensors only
+        return x.double() @ x.double().T
 
 def right_torch(x):                       # plain torch, pinned to the CPU
     x64 = x.to("cpu", torch.float64)
@@ -626,12 +657,15 @@ def blank(x):
     return ____
 
 def cuda_kind(name):
-    return str(name).split(":")[0].upper()
+    return str(name).rsplit("device:", 1)[-1].split(":")[0].upper()
 
 cases = {"right": (right, kind), "right_torch": (right_torch, kind), "unpinned": (unpinned, kind), "unpinned_ops": (unpinned_ops, kind),
          "float32_then_cast": (float32_then_cast, kind), "float32": (float32, kind),
          "transposed": (transposed_first, kind), "numpy": (as_numpy, kind), "blank": (blank, kind),
-         "cuda_kind": (right, cuda_kind), "blank_kind": (right, lambda name: ____)}
+         "cuda_kind": (right, cuda_kind), "blank_kind": (right, lambda name: ____),
+         "cast_keeps_x": (cast_keeps_x, kind), "keras_matmul": (keras_matmul, kind),
+         "gpu_if_any": (gpu_if_any, kind), "follows_x": (follows_x, kind),
+         "tf_kind": (right, lambda name: __import__("tensorflow").DeviceSpec.from_string(str(name)).device_type)}
 print(json.dumps({k: list(ep04.q2.outcome(*v)) for k, v in cases.items()}))
 '''
 
@@ -666,8 +700,82 @@ def test_q2_on_pytorch_stubs_are_not_done(q2_on_torch):
     ("transposed", ["xᵀ @ x"]),
     ("numpy", ["NumPy array", ".device"]),
     ("cuda_kind", ["torch calls an NVIDIA GPU 'cuda'", "'GPU'"]),
+    ("cast_keeps_x", ["came back on meta", "keras.ops.cast", "convert_to_tensor"]),
+    ("keras_matmul", ["keras.ops.matmul", "float32", "`@`"]),
+    ("gpu_if_any", ["torch.cuda.is_available() say True", "asks for it"]),
+    ("follows_x", ["came back on meta", "double", "torch.device(...)"]),
+    ("tf_kind", ["'cuda:0'", "DeviceSpec cannot read it"]),
 ])
 def test_q2_on_pytorch_mistakes_are_named(q2_on_torch, name, words):
     result, message = q2_on_torch[name]
     assert result == "wrong", (result, message)
     assert all(w.lower() in message.lower() for w in words), message
+
+
+# ---------------------------------------------------------------- answers a review ran, on both backends
+
+ANSWERS = ROOT / "tests" / "data" / "ep04_answers"
+
+#: file → {backend: (verdict, words the message must hold)}; "both" stands for either backend.
+ANSWER_VERDICTS = {
+    "q1_w21_float_division_shape": {"both": ("wrong", ["holds floats", "`/`"])},
+    "q2_w19_kind_cuda": {"both": ("wrong", ["torch calls an NVIDIA GPU 'cuda'"])},
+    "q2_w20_kind_tf_only": {"both": ("wrong", ["DeviceSpec cannot read it"])},
+    "q2_w21_kind_torch_only": {"both": ("wrong", ["cannot be read by torch.device"])},
+    "q2_w22_kind_gpu_substring": {"both": ("wrong", ["torch's names carry no 'GPU'"])},
+    "q2_w03_torch_follow_x": {"tensorflow": ("wrong", ["no attribute 'double'"]),
+                              "torch": ("wrong", ["ran where x is", "double"])},
+    "q2_w28_torch_device_context": {"tensorflow": ("wrong", ["no attribute 'double'"]),
+                                    "torch": ("wrong", ["ran where x is", "torch.device(...)"])},
+    "q2_w04_cast_outside_at": {"tensorflow": ("wrong", ["could not place Cast", "the cast too"]),
+                               "torch": ("wrong", ["ran where x is", "keras.ops.cast"])},
+    "q2_w11_gpu_if_exists_at": {"tensorflow": ("wrong", ["lists a GPU", "asks for it"]),
+                                "torch": ("wrong", ["torch.cuda.is_available() say True", "asks for it"])},
+    "q2_w27_keras_ops_matmul_downcasts": {"tensorflow": ("correct", []),
+                                          "torch": ("wrong", ["keras.ops.matmul", "float32", "`@`"])},
+    # keras.ops.cast keeps x where it is on PyTorch: on a GPU, x64 stays there and `@` meets a CPU copy
+    "q2_r01_cpu_no_index_at": {"tensorflow": ("correct", []),
+                               "torch": ("wrong", ["ran where x is", "keras.ops.cast"])},
+    "q2_r02_backend_native": {"both": ("correct", [])},
+    "q2_r03_uppercase_einsum": {"both": ("correct", [])},
+    "q2_r06_convert_in_scope": {"both": ("correct", [])},
+    "q3_w20_measured_copy_predicted": {"both": ("wrong", ["the prediction to the last digit"])},
+    "q3_w21_measured_unprefetched": {"both": ("wrong", ["WITHOUT prefetching", "prefetched(slow_ds)"])},
+    "q3_w21t_timed_unprefetched": {"both": ("wrong", ["prepares nothing ahead", "prefetched(slow_ds)"])},
+    "q3_r01_solution_measured": {"both": ("correct", [])},
+    "q3_r01t_timed_prefetched": {"both": ("correct", [])},
+}
+
+ANSWERS_SCRIPT = r'''
+import importlib.util, json, os, sys
+os.environ["KERAS_BACKEND"] = sys.argv[1]
+import keras
+assert keras.backend.backend() == sys.argv[1]
+from gpucourse.checks import ep04
+out = {}
+for path in sys.argv[2:]:
+    name = os.path.basename(path)[:-3]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out[name] = list(getattr(ep04, name.split("_")[0]).outcome(*mod.answers()))
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "torch"])
+def test_the_reviews_answers_on_both_backends(backend):
+    """Answers once judged ✓ though wrong, and right ones beside them, on each Keras backend."""
+    import subprocess
+    import sys
+
+    files = [str(ANSWERS / f"{name}.py") for name in ANSWER_VERDICTS]
+    done = subprocess.run([sys.executable, "-c", ANSWERS_SCRIPT, backend, *files], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, expected in ANSWER_VERDICTS.items():
+        verdict, words = expected.get(backend) or expected["both"]
+        result, message = got[name]
+        assert result == verdict, (backend, name, message)
+        assert all(w in message for w in words), (backend, name, message)

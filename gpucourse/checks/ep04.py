@@ -18,8 +18,11 @@ is rather than trusting numbers it is handed.
 On PyTorch it calls ``cpu_reference`` inside ``keras.device(<a GPU>)``: ``cuda:0`` where one exists,
 with ``x`` on it; elsewhere PyTorch's ``meta`` device, which holds shapes but no data, stands in for
 the GPU, so that work Keras places by its current device lands there and shows in
-``result.device``. Without a GPU the check cannot see an answer that only follows ``x``'s device
-(``x.double() @ x.double().T`` with ``x`` on the CPU): such an answer is caught where a GPU exists.
+``result.device``. Without a GPU two more calls follow: one while ``torch.cuda.is_available()``
+says True (code that asks for "the GPU if there is one" asks for it), and one with ``x`` itself on
+``meta``, judged by ``result.device`` alone: work that follows ``x`` (``x.double()``, Keras's
+``cast``, which changes only the dtype) comes back on ``meta``, and torch's "Cannot copy out of meta
+tensor" shows that the answer copied ``x`` to the CPU itself.
 
 How ``q2`` sees placement on TensorFlow on a machine without a GPU: it calls ``cpu_reference`` inside
 ``with tf.device(<GPU>)`` with soft placement switched off. On a GPU machine an operation that is
@@ -113,6 +116,9 @@ def _q1_shape_mistake(shape, layer) -> str | None:
         return "leave out the batch dimension (None): give (height, width, channels)."
     if len(shape) != 3:
         return f"the shape should have 3 numbers (height, width, channels), got {len(shape)}: {shape!r}."
+    if any(isinstance(s, numbers.Real) and not isinstance(s, numbers.Integral) for s in shape):
+        return (f"the shape {shape!r} holds floats: `/` gives a float even where it divides exactly, and a "
+                "shape is whole numbers (np.zeros refuses floats). Use whole-number arithmetic, or `//`.")
     shape = tuple(_whole("each entry of the shape", s) for s in shape)
     if shape[:2] != expected[:2]:
         if padding == "valid" and shape[:2] == (h, w) and kernel > 1:
@@ -357,12 +363,28 @@ def _rounded_in_float32(got: np.ndarray, x: np.ndarray) -> bool:
     return bool(np.all(np.abs(got - in32) <= bound))
 
 
+def _q2_shape_dtype_mistake(shape, dtype: str, x: np.ndarray, what: str) -> str | None:
+    """The result's shape and dtype, judged the same way on either backend."""
+    n, m = x.shape
+    if shape != (n, n):
+        if shape == (m, m) and m != n:
+            return (f"for x of shape {x.shape}, {what} has shape {shape}: that is xᵀ @ x. The exercise asks "
+                    f"for x @ xᵀ, shape ({n}, {n}).")
+        return (f"for x of shape {x.shape}, {what} has shape {shape}, expected ({n}, {n}) = x @ xᵀ: "
+                "compute it from the argument x.")
+    if dtype == "float32":
+        return (f"{what} is float32: the reference should be float64. Cast x to float64 first "
+                "(inside the CPU scope), then multiply.")
+    if dtype != "float64":
+        return f"{what} has dtype {dtype}, expected float64."
+    return None
+
+
 def _q2_result_mistake(result, x: np.ndarray, what: str) -> str | None:
     from ..frameworks import import_tensorflow
 
     tf = import_tensorflow()  # Triton first: TensorFlow then Triton crashes
 
-    n, m = x.shape
     if isinstance(result, np.ndarray):
         return (f"{what} returns a NumPy array: return the tensor itself, whose .device records where it "
                 "was computed (.numpy() forgets that).")
@@ -372,18 +394,9 @@ def _q2_result_mistake(result, x: np.ndarray, what: str) -> str | None:
     if kind != "CPU":
         return (f"{what} was computed on {result.device}, the device the caller chose, not on the CPU. "
                 "Put all of its work inside `with tf.device(<the CPU>):`.")
-    shape = tuple(result.shape)
-    if shape != (n, n):
-        if shape == (m, m) and m != n:
-            return (f"for x of shape {x.shape}, {what} has shape {shape}: that is xᵀ @ x. The exercise asks "
-                    f"for x @ xᵀ, shape ({n}, {n}).")
-        return (f"for x of shape {x.shape}, {what} has shape {shape}, expected ({n}, {n}) = x @ xᵀ: "
-                "compute it from the argument x.")
-    if result.dtype != tf.float64:
-        if result.dtype == tf.float32:
-            return (f"{what} is float32: the reference should be float64. Cast x to tf.float64 first "
-                    "(inside the CPU scope), then multiply.")
-        return f"{what} has dtype {result.dtype.name}, expected float64."
+    mistake = _q2_shape_dtype_mistake(tuple(result.shape), result.dtype.name, x, what)
+    if mistake:
+        return mistake
     got = result.numpy()
     x64 = x.astype(np.float64)
     expected = x64 @ x64.T
@@ -395,12 +408,22 @@ def _q2_result_mistake(result, x: np.ndarray, what: str) -> str | None:
     return f"{what} does not hold x @ xᵀ for the x the check passed: compute it from the argument x."
 
 
+#: torch's device names and the kind of device in each.
+Q2_TORCH_NAMES = [("cuda:0", "GPU"), ("cpu", "CPU"), ("cuda:1", "GPU"), ("cuda", "GPU")]
+
+
 def _check_device_type(device_type, extra_names) -> None:
-    names = Q2_NAMES + [(name, _kind(name)) for name in extra_names]
+    """Both backends' names, whichever backend runs: the prompt asks for both."""
+    names = Q2_NAMES + Q2_TORCH_NAMES + list(extra_names)
     answers = []
     for name, expected in names:
-        what = f"device_type({name!r})"
-        got = _call(device_type, name, what=what)
+        what = f"device_type({str(name)!r})"
+        torch_name = "device:" not in str(name)
+        got = _call(device_type, name, what=what, explain=lambda exc, what=what, torch_name=torch_name: (
+            f"{what} raised {type(exc).__name__}: {' '.join(str(exc).split())[:160].rstrip('.')}. "
+            + ("A torch name such as 'cuda:0' has no 'device:' part: TensorFlow's DeviceSpec cannot read it."
+               if torch_name else "TensorFlow's long names cannot be read by torch.device.")
+            + " Read the kind from the text itself, for either backend's names."))
         answers.append((name, expected, got, what))
     for name, expected, got, what in answers:
         if isinstance(got, str) and got.upper() == expected:
@@ -411,13 +434,20 @@ def _check_device_type(device_type, extra_names) -> None:
             if hasattr(got, "device_type"):
                 raise Wrong(f"{what} returned a {type(got).__name__}: return its .device_type, the text 'CPU' or 'GPU'.")
             raise Wrong(f"{what} should return the text 'CPU' or 'GPU', got {describe(got)}.")
+        if got.upper().split(":")[0] == "CUDA" and expected == "GPU":
+            raise Wrong(f"{what} returned {got!r}: torch calls an NVIDIA GPU 'cuda'; return the kind of "
+                        "device, 'GPU'.")
         if got.upper().startswith(expected + ":") or "/" in got or "device:" in got.lower():
             raise Wrong(f"{what} returned {got!r}: return only the kind of device, {expected!r}, "
                         "without job, task or index.")
         if len({a[2] for a in answers if isinstance(a[2], str)}) == 1:
-            raise Wrong(f"device_type returns {got!r} for every name, but {name!r} names a {expected}: "
+            raise Wrong(f"device_type returns {got!r} for every name, but {str(name)!r} names a {expected}: "
                         "read the kind from the name it is given, not from this machine.")
-        raise Wrong(f"{what} returned {got!r}, expected {expected!r}: the kind of device follows 'device:' in the name.")
+        if "device:" not in str(name) and expected == "GPU":
+            raise Wrong(f"{what} returned {got!r}, expected 'GPU': torch's names carry no 'GPU', an NVIDIA "
+                        "GPU is 'cuda' there. Read both backends' names.")
+        raise Wrong(f"{what} returned {got!r}, expected {expected!r}: the kind of device follows 'device:' in "
+                    "TensorFlow's names and starts torch's.")
 
 
 def _keras_backend() -> str:
@@ -428,14 +458,17 @@ def _keras_backend() -> str:
     return keras.backend.backend() if keras is not None else "tensorflow"
 
 
-#: torch's device names and the kind of device in each.
-Q2_TORCH_NAMES = [("cuda:0", "GPU"), ("cpu", "CPU"), ("cuda:1", "GPU"), ("cuda", "GPU")]
+def _q2_torch_error(what: str, exc: BaseException) -> str:
+    text = str(exc)
+    if "not compiled with CUDA" in text or "NVIDIA driver" in text or "CUDA driver" in text:
+        return (f"{what} raised {type(exc).__name__}: {' '.join(text.split())[:120]}. It asked for a CUDA GPU: "
+                "this function should ask for the CPU whatever exists, `with keras.device(\"cpu:0\"):`.")
+    return error_message(what, exc)
 
 
 def _q2_torch_result_mistake(result, x: np.ndarray, what: str, outer: str) -> str | None:
     import torch
 
-    n, m = x.shape
     if isinstance(result, np.ndarray):
         return (f"{what} returns a NumPy array: return the tensor itself, whose .device records where it "
                 "was computed (converting it forgets that).")
@@ -446,18 +479,9 @@ def _q2_torch_result_mistake(result, x: np.ndarray, what: str, outer: str) -> st
                     if outer == "meta" else "")
         return (f"{what} was computed on {result.device}, the device the caller chose{stand_in}, not on the "
                 "CPU. Put all of its work inside `with keras.device(\"cpu:0\"):`.")
-    shape = tuple(result.shape)
-    if shape != (n, n):
-        if shape == (m, m) and m != n:
-            return (f"for x of shape {x.shape}, {what} has shape {shape}: that is xᵀ @ x. The exercise asks "
-                    f"for x @ xᵀ, shape ({n}, {n}).")
-        return (f"for x of shape {x.shape}, {what} has shape {shape}, expected ({n}, {n}) = x @ xᵀ: "
-                "compute it from the argument x.")
-    if result.dtype != torch.float64:
-        if result.dtype == torch.float32:
-            return (f"{what} is float32: the reference should be float64. Cast x to float64 first "
-                    "(inside the CPU scope), then multiply.")
-        return f"{what} has dtype {str(result.dtype).replace('torch.', '')}, expected float64."
+    mistake = _q2_shape_dtype_mistake(tuple(result.shape), str(result.dtype).replace("torch.", ""), x, what)
+    if mistake:
+        return mistake
     got = result.detach().numpy()
     x64 = x.astype(np.float64)
     if np.allclose(got, x64 @ x64.T, rtol=1e-10, atol=1e-12):
@@ -465,14 +489,106 @@ def _q2_torch_result_mistake(result, x: np.ndarray, what: str, outer: str) -> st
     x32 = torch.from_numpy(x)
     in32 = (x32 @ x32.T).double().numpy()
     size = np.abs(x64)
-    if np.all(np.abs(got - in32) <= 2 * (m + 1) * 2.0 ** -24 * (size @ size.T)):
+    if np.all(np.abs(got - in32) <= 2 * (x.shape[1] + 1) * 2.0 ** -24 * (size @ size.T)):
         return (f"{what} was multiplied in float32 and cast to float64 afterwards: that keeps float32's "
                 "rounding. Cast x to float64 first, then multiply.")
     return f"{what} does not hold x @ xᵀ for the x the check passed: compute it from the argument x."
 
 
-def _check_q2_torch(cpu_reference, device_type):
+def _q2_torch_call(cpu_reference, tensor, what: str, outer: str, mode=None):
     import keras
+
+    try:
+        with answer_deadline(what), keras.device(outer), (mode or contextlib.nullcontext()):
+            return cpu_reference(tensor), None
+    except (NotDone, Wrong):
+        raise
+    except Exception as exc:
+        if _mentions_blank(exc):
+            raise NotDone(f"{what} still uses ____: replace it with your code.") from None
+        return None, exc
+
+
+def _q2_torch_keras_downcast(cpu_reference, x: np.ndarray, what: str) -> str | None:
+    """Whether the float32 result is Keras's: keras.ops.matmul and dot compute float64 in float32 off
+    TensorFlow (keras/src/backend/common/dtypes.py, BIT64_TO_BIT32_DTYPE). Rerun with both keeping float64."""
+    import keras
+    import torch
+
+    def keeps64(a, b):
+        return torch.matmul(keras.ops.convert_to_tensor(a), keras.ops.convert_to_tensor(b))
+
+    with mock.patch.object(keras.ops, "matmul", keeps64), mock.patch.object(keras.ops, "dot", keeps64):
+        again, error = _q2_torch_call(cpu_reference, torch.from_numpy(x), what, "cpu:0")
+    if error is None and _q2_torch_result_mistake(again, x, what, "cpu:0") is None:
+        return (f"{what} is float32 although x was cast to float64: keras.ops.matmul (and keras.ops.dot) "
+                "compute float64 inputs in float32 on Keras's PyTorch backend (Keras maps 64-bit types to "
+                "32 bits on every backend but TensorFlow). Multiply with `@` or torch.matmul, which keep float64.")
+    return None
+
+
+class _Placed:
+    """Records the device of every tensor that torch functions return while it is on."""
+
+    def __new__(cls):
+        from torch.overrides import TorchFunctionMode
+        from torch.utils._pytree import tree_flatten
+
+        class Placed(TorchFunctionMode):
+            def __init__(self):
+                super().__init__()
+                self.ops = []
+
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                name = getattr(func, "__name__", str(func))
+                for t in tree_flatten(out)[0]:
+                    if getattr(t, "device", None) is not None and getattr(t.device, "type", "") == "meta" \
+                            and name not in ("__get__", "empty_like") and name not in self.ops:
+                        self.ops.append(name)
+                return out
+
+        return Placed()
+
+
+def _q2_torch_follows_x(cpu_reference, x: np.ndarray, what: str) -> str | None:
+    """Call with x itself on 'meta' (a GPU's stand-in): work that runs where x is shows there."""
+    import torch
+
+    placed = _Placed()
+    result, error = _q2_torch_call(cpu_reference, torch.from_numpy(x).to("meta"), what, "meta", placed)
+    if error is not None:
+        if "Cannot copy out of meta tensor" in str(error):
+            return None              # it copied x to the CPU itself: x.cpu(), x.to("cpu", ...)
+        return (f"with x on PyTorch's 'meta' device (the check's stand-in for a GPU, it holds no data), "
+                + _q2_torch_error(what, error))
+    if not isinstance(result, torch.Tensor) or result.device.type == "cpu":
+        return None
+    ops = ", ".join(placed.ops) or "work"
+    return (f"with x itself on PyTorch's 'meta' device (the check's stand-in for a GPU: it holds no data), "
+            f"{what} came back on {result.device}: its {ops} ran where x is. On PyTorch an operation runs "
+            "where its tensor is: x.double(), keras.ops.cast (it changes only the dtype) and `with "
+            "torch.device(...)` (it places only new tensors) leave x on the GPU. Copy x to the CPU first, "
+            "inside the scope: `keras.ops.convert_to_tensor(x, \"float64\")` within "
+            "`with keras.device(\"cpu:0\"):`, or x.to(\"cpu\", torch.float64).")
+
+
+def _q2_torch_asks_for_gpu(cpu_reference, x: np.ndarray, what: str) -> str | None:
+    """One call while torch.cuda reports a GPU, on a machine without one."""
+    import torch
+
+    with mock.patch.object(torch.cuda, "is_available", lambda: True), \
+            mock.patch.object(torch.cuda, "device_count", lambda: 1):
+        _, error = _q2_torch_call(cpu_reference, torch.from_numpy(x), what, "meta")
+    if error is None:
+        return None
+    return ("when PyTorch reports a GPU (the check made torch.cuda.is_available() say True), your "
+            f"cpu_reference asks for it: {type(error).__name__}: {' '.join(str(error).split())[:100]}. The "
+            "exercise wants the CPU whatever exists: `with keras.device(\"cpu:0\"):`, never \"the GPU if "
+            "there is one\".")
+
+
+def _check_q2_torch(cpu_reference, device_type):
     import torch
 
     outer = "cuda:0" if torch.cuda.is_available() else "meta"
@@ -482,19 +598,15 @@ def _check_q2_torch(cpu_reference, device_type):
     for x in xs:
         what = f"cpu_reference(x) for x of shape {x.shape}"
         tensor = torch.from_numpy(x).to("cuda:0") if outer != "meta" else torch.from_numpy(x)
-        try:
-            with answer_deadline(what), keras.device(outer):
-                result = cpu_reference(tensor)
-        except (NotDone, Wrong):
-            raise
-        except Exception as exc:
-            if _mentions_blank(exc):
-                raise NotDone(f"{what} still uses ____: replace it with your code.") from None
-            raise Wrong(error_message(what, exc)) from None
-        mistake = _q2_torch_result_mistake(require_answer(result, what), x, what, outer)
+        result, error = _q2_torch_call(cpu_reference, tensor, what, outer)
+        if error is not None:
+            raise Wrong(_q2_torch_error(what, error))
+        result = require_answer(result, what)
+        mistake = _q2_torch_result_mistake(result, x, what, outer)
+        if mistake and mistake.startswith(f"{what} is float32"):
+            mistake = _q2_torch_keras_downcast(cpu_reference, x, what) or mistake
         if mistake and outer == "meta" and mistake.endswith("compute it from the argument x."):
-            with answer_deadline(what), keras.device("cpu:0"):
-                again = cpu_reference(torch.from_numpy(x))
+            again, _ = _q2_torch_call(cpu_reference, torch.from_numpy(x), what, "cpu:0")
             if _q2_torch_result_mistake(again, x, what, "cpu") is None:   # right when the caller is the CPU
                 raise Wrong(f"part of {what}'s work follows the caller's device: inside "
                             "keras.device('meta'), the check's stand-in for a GPU (it holds no data), its "
@@ -503,20 +615,17 @@ def _check_q2_torch(cpu_reference, device_type):
         if mistake:
             raise Wrong(mistake)
         results.append(result)
-    names = Q2_TORCH_NAMES + [(results[0].device, "CPU"), (torch.device("cuda", 2), "GPU")]
-    for name, expected in names:
-        what = f"device_type({str(name)!r})"
-        got = _call(device_type, name, what=what)
-        if isinstance(got, str) and got.upper() == expected:
-            continue
-        if isinstance(got, str) and got.upper() in ("CUDA", "CUDA:0") and expected == "GPU":
-            raise Wrong(f"{what} returned {got!r}: torch calls an NVIDIA GPU 'cuda'; return the kind of "
-                        "device, 'GPU'.")
-        if not isinstance(got, str):
-            raise Wrong(f"{what} should return the text 'CPU' or 'GPU', got {describe(got)}.")
-        raise Wrong(f"{what} returned {got!r}, expected {expected!r}.")
-    return (f"cpu_reference ran on {results[0].device} even inside `keras.device('{outer}')`, and "
-            "device_type reads the kind of device from torch's names.")
+    _check_device_type(device_type, [(results[0].device, "CPU"), (torch.device("cuda", 2), "GPU")])
+    if outer == "meta":       # without a GPU: a GPU that torch.cuda reports, then x itself on the stand-in
+        asks = _q2_torch_asks_for_gpu(cpu_reference, xs[0], "cpu_reference(x)")
+        if asks:
+            raise Wrong(asks)
+        for x in xs:
+            follows = _q2_torch_follows_x(cpu_reference, x, f"cpu_reference(x) for x of shape {x.shape}")
+            if follows:
+                raise Wrong(follows)
+    return (f"cpu_reference ran on {results[0].device} even inside `keras.device('{outer}')`, with x there "
+            "too, and device_type reads the kind of device from TensorFlow's names and torch's.")
 
 
 def _check_q2(cpu_reference, device_type):
@@ -567,18 +676,20 @@ def _check_q2(cpu_reference, device_type):
         mistake = _q2_result_mistake(result, xs[0], "cpu_reference(x)")
         if mistake:
             raise Wrong("when TensorFlow lists a GPU, " + mistake)
-    _check_device_type(device_type, [results[0].device])
+    _check_device_type(device_type, [(results[0].device, "CPU")])
     return (f"cpu_reference ran on {results[0].device} even inside `with tf.device('{outer}')` with soft "
-            "placement off, and device_type reads the kind of device from any name.")
+            "placement off, and device_type reads the kind of device from TensorFlow's names and torch's.")
 
 
 q2 = Exercise(
     "ep04.q2", _check_q2,
     hint=("When a device scope is opened inside your function and another one around the call, which one "
-          "does an operation in your function obey? And is the cast to float64 an operation too?",
-          "Open a scope on the CPU inside the function, named from the devices TensorFlow lists, and do every "
-          "operation in it, the cast included. For the kind of device, parse the name with TensorFlow's own "
-          "device-specification class rather than searching the text."),
+          "does an operation in your function obey? And does the cast to float64 move x, or only change "
+          "its type?",
+          "Open Keras's device scope on the CPU inside the function and do every step in it: convert x "
+          "there, which copies it to the CPU, as float64, then multiply. For the kind of device, read the "
+          "part of the name after 'device:' in TensorFlow's names, or before the colon in torch's, and "
+          "remember that torch calls an NVIDIA GPU 'cuda'."),
     solution=SOLUTIONS,
 )
 
@@ -660,7 +771,20 @@ def _q3_rules():
     ]
 
 
-def _check_q3(epoch_seconds, predicted_s, measured_s):
+def _q3_prefetches(timed) -> bool | None:
+    """Whether the pipeline that was timed prepares batches ahead; None where it cannot be told."""
+    if type(timed).__name__ == "DataLoader":
+        return getattr(timed, "num_workers", 0) > 0
+    if hasattr(timed, "_input_dataset") or type(timed).__name__.endswith("Dataset"):
+        while type(timed).__name__ in ("_OptionsDataset", "OptionsDataset") and hasattr(timed, "_input_dataset"):
+            timed = timed._input_dataset
+        return "Prefetch" in type(timed).__name__
+    if hasattr(timed, "loader") and hasattr(timed, "__iter__"):   # the notebook's threaded prefetcher
+        return True
+    return None
+
+
+def _check_q3(epoch_seconds, predicted_s, measured_s, timed=None):
     require_function(epoch_seconds, "epoch_seconds")
     cases = [(n, p, s, prefetch) for n, p, s in _Q3_CASES for prefetch in (False, True)]
     answers = []
@@ -677,7 +801,7 @@ def _check_q3(epoch_seconds, predicted_s, measured_s):
             if all(math.isclose(v, rule(*case), rel_tol=1e-6, abs_tol=1e-9) for case, v in zip(cases, answers)):
                 raise Wrong(f"{what}: {message}")
         raise Wrong(f"{what}; expected {q3_expected(n, p, s, prefetch):.4g} s.")
-    if is_blank(predicted_s) or is_blank(measured_s):
+    if is_blank(predicted_s) or is_blank(measured_s) or (timed is not None and is_blank(timed)):
         raise NotDone("epoch_seconds is right; now predict and measure the notebook's pipeline (replace ____).")
     predicted, measured = as_number("predicted_s", predicted_s), as_number("measured_s", measured_s)
     expected = q3_expected(Q3_BATCHES, Q3_PREP_S, Q3_STEP_S, True)
@@ -690,6 +814,9 @@ def _check_q3(epoch_seconds, predicted_s, measured_s):
                     "use your function with those numbers.")
     if measured <= 0:
         raise Wrong(f"measured_s is {measured:g}; the seconds of one epoch are more than 0.")
+    if math.isclose(measured, predicted, rel_tol=1e-9):
+        raise Wrong(f"measured_s is {measured!r}, the prediction to the last digit: no clock measures that. "
+                    "Time the pipeline: measured_s = time_pipeline(prefetched(slow_ds)).")
     ratio = measured / predicted
     if 300 <= ratio <= 3000:     # no load slows 0.6 s to minutes: a factor near 1000 is a unit
         raise Wrong(f"measured_s is {measured:.4g}, about 1000 × the {predicted:.3f} s predicted: that looks like "
@@ -700,11 +827,19 @@ def _check_q3(epoch_seconds, predicted_s, measured_s):
         raise Wrong(f"measured_s is {measured:.4g} s, but time_pipeline cannot take less than {floor:.2f} s on any "
                     f"machine: it sleeps {Q3_STEP_S} s for each of the {Q3_BATCHES} steps, and the first batch "
                     f"must be prepared ({Q3_PREP_S} s) before the first step. Did you type a number in, or time "
-                    "only part of the epoch? Give time_pipeline(slow_ds.prefetch(1)) itself.")
+                    "only part of the epoch? Give time_pipeline(prefetched(slow_ds)) itself.")
+    unprefetched = Q3_BATCHES * (Q3_PREP_S + Q3_STEP_S)
+    prefetches = _q3_prefetches(timed) if timed is not None else None
+    if prefetches is False:
+        raise Wrong(f"the pipeline you timed ({measured:.3f} s) prepares nothing ahead: that is slow_ds itself, "
+                    f"whose epoch takes at least {unprefetched:.2f} s. Time prefetched(slow_ds).")
+    if timed is None and measured >= 0.95 * unprefetched:   # sleeps: never shorter than this without prefetching
+        raise Wrong(f"measured_s is {measured:.3f} s, the time WITHOUT prefetching ({Q3_BATCHES} × ({Q3_PREP_S} + "
+                    f"{Q3_STEP_S}) = {unprefetched:.2f} s at least): did you time slow_ds instead of "
+                    "prefetched(slow_ds)? If not, the machine was busy: run the cell again.")
     note = ("within 20 %: the model of two overlapping queues holds." if 0.8 <= ratio <= 1.2 else
             "more than 20 % away from the prediction: a busy machine slows the measurement (it can only add "
-            "time); if it is near the time without prefetching, check that the pipeline you timed ends in "
-            ".prefetch(1).")
+            "time).")
     return (f"right on {2 * len(_Q3_CASES)} cases, training-bound and input-bound. For the notebook's pipeline "
             f"you predicted {predicted:.3f} s and measured {measured:.3f} s, ×{ratio:.2f}: {note}")
 
