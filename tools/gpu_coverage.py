@@ -44,6 +44,8 @@ NOTEBOOK_FOLDERS = ("episodes", "solutions")
 # The leaves of a CUDA test: a call that asks, or a comparison with "cuda".
 ASKS_CUDA = re.compile(r'cuda\.is_available\(\)|cuda\.device_count\(\)|startswith\("cuda"\)|[!=]=\s*"cuda"|"cuda"\s*[!=]=')
 # Names that mean "on a GPU" wherever they come from (a function's parameter, an earlier cell).
+#: A line with its end, split where ``ast`` splits (``\r\n``, ``\n``, ``\r``; not at a form feed).
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\n|\r)|[^\r\n]+\Z")
 KNOWN_FLAGS = {"on_gpu": True, "use_cuda": True}
 # Tests whose answer a course helper computed from the GPU, which the scan cannot see through:
 # the text of the test, and whether it is true only on a GPU (True) or false on every GPU that
@@ -92,10 +94,22 @@ class _Tests:
     def __init__(self, source: str, flags: dict[str, bool] | None = None):
         self.source = source
         self.flags = dict(KNOWN_FLAGS, **(flags or {}))
+        # Split once: ast.get_source_segment splits the whole source again at every call, which
+        # made one pass over the package take 90 s.
+        self._lines = _LINE.findall(source)
+
+    def segment(self, node: ast.AST) -> str:
+        """``node``'s source text, as ``ast.get_source_segment`` gives it (offsets count UTF-8 bytes)."""
+        if getattr(node, "end_lineno", None) is None:
+            return ""
+        lines = [line.encode() for line in self._lines[node.lineno - 1:node.end_lineno]]
+        if len(lines) == 1:
+            return lines[0][node.col_offset:node.end_col_offset].decode()
+        return b"".join([lines[0][node.col_offset:], *lines[1:-1], lines[-1][:node.end_col_offset]]).decode()
 
     def polarity(self, node: ast.expr) -> bool | None:
         if isinstance(node, ast.Compare):
-            text = ast.get_source_segment(self.source, node) or ""
+            text = self.segment(node)
             for pattern, polarity in HELPER_TESTS:
                 if pattern.search(text):
                     return polarity
@@ -126,11 +140,11 @@ class _Tests:
                 return not test
             return None
         if isinstance(node, (ast.Compare, ast.Call)):
-            text = ast.get_source_segment(self.source, node) or ""
+            text = self.segment(node)
             if not ASKS_CUDA.search(text):
                 return None
             if isinstance(node, ast.Call) and not re.search(r"(is_available|device_count|startswith)\s*\($",
-                                                              ast.get_source_segment(self.source, node.func) + "("):
+                                                              self.segment(node.func) + "("):
                 return None               # a call that only passes a CUDA test on: llm.status(on_gpu)
             return not (isinstance(node, ast.Compare) and all(isinstance(op, (ast.NotEq, ast.IsNot))
                                                                for op in node.ops))
@@ -140,7 +154,7 @@ class _Tests:
         return self.flags.get(name) if name is not None else None
 
     def text(self, node: ast.expr) -> str:
-        return (ast.get_source_segment(self.source, node) or "").splitlines()[0][:60]
+        return self.segment(node).splitlines()[0][:60]
 
 
 def cuda_flags(tree: ast.AST, source: str, known: dict[str, bool] | None = None) -> dict[str, bool]:
@@ -156,7 +170,7 @@ def cuda_flags(tree: ast.AST, source: str, known: dict[str, bool] | None = None)
         before = dict(tests.flags)
         for node in assignments:
             polarity = tests.polarity(node.value)
-            if polarity is None and NONE_ON_GPU.search(ast.get_source_segment(source, node.value) or ""):
+            if polarity is None and NONE_ON_GPU.search(tests.segment(node.value)):
                 polarity = "none-on-gpu"
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for name in filter(None, map(_flag_name, targets)):

@@ -28,6 +28,11 @@ from .ep10 import _judge
 
 NOTEBOOK = "15-serving.ipynb"
 
+#: Seconds one call of the learner's code may take (not the course's 60 s default): every case is a
+#: few requests or pages, so the right answers take microseconds and a loop that never ends is
+#: named in seconds.
+DEADLINE_S = 5.0
+
 
 # --- q1: decode steps under continuous batching ---------------------------------------------------
 
@@ -127,7 +132,8 @@ def _check_continuous(continuous_steps):
     results = []
     for lengths, batch in Q1_CASES:
         what = f"continuous_steps({lengths}, {batch})"
-        got = as_number(what, call_answer(continuous_steps, list(lengths), batch, what=what))
+        got = as_number(what, call_answer(continuous_steps, list(lengths), batch, what=what,
+                                          seconds=DEADLINE_S))
         results.append(((lengths, batch), got, _continuous(lengths, batch)))
     _judge(results, _q1_mistakes, lambda c: f"continuous_steps({c[0]}, {c[1]})", "steps", whole=True)
     lengths, batch = Q1_CASES[0]
@@ -363,7 +369,7 @@ def _compare(cache, ref, num_pages, step) -> None:
 
 def _make(cls, num_pages, page_size):
     what = f"{getattr(cls, '__name__', 'your class')}({num_pages}, {page_size})"
-    return call_answer(cls, num_pages, page_size, what=what)
+    return call_answer(cls, num_pages, page_size, what=what, seconds=DEADLINE_S)
 
 
 def _overcounted(ref, seq, plan) -> str:
@@ -388,7 +394,7 @@ def _refused(ref, seq, plan, step, probe=None):
         at_limit = unused_only = False
         if probe is not None and len(ref.unused) < need - 1:
             try:
-                with answer_deadline("admit(...)"):
+                with answer_deadline("admit(...)", DEADLINE_S):
                     probe.admit("probe", list(range(10**6, 10**6 + (need - 1) * ref.page_size)))
                 at_limit = True
             except MemoryError:
@@ -430,7 +436,7 @@ def _run_step(cache, ref, op, seq, prompts, step):
         except MemoryError:
             before = _state(cache, len(ref.refs))
             try:
-                with answer_deadline(f"admit({seq!r}, ...)"):
+                with answer_deadline(f"admit({seq!r}, ...)", DEADLINE_S):
                     cache.admit(seq, list(prompt))
             except MemoryError:
                 if _state(cache, len(ref.refs)) != before:
@@ -452,7 +458,7 @@ def _run_step(cache, ref, op, seq, prompts, step):
                         + (f". {why}" if why else "."))
         got = call_answer(cache.admit, seq, list(prompt), what=f"admit({seq!r}, {prompt})",
                           explain=lambda exc: _refused(ref, seq, plan, step, probe) if isinstance(exc, MemoryError)
-                          else None)
+                          else None, seconds=DEADLINE_S)
         got = as_number(f"admit({seq!r}, ...)", got)
         table = _state(cache, len(ref.refs))[0].get(seq, [])
         new = table[len(plan[1]):] if got == expected else []     # pages it took besides those it found
@@ -481,7 +487,7 @@ def _run_step(cache, ref, op, seq, prompts, step):
             ref.free(seq)
         except KeyError:
             try:
-                with answer_deadline(f"free({seq!r})"):
+                with answer_deadline(f"free({seq!r})", DEADLINE_S):
                     cache.free(seq)
             except KeyError:
                 return
@@ -500,7 +506,7 @@ def _run_step(cache, ref, op, seq, prompts, step):
                         "page, which has no hash: a page without a hash goes to the end of unused, not to "
                         "cached.")
             return None
-        call_answer(cache.free, seq, what=f"free({seq!r})", none_ok=True, explain=explain)
+        call_answer(cache.free, seq, what=f"free({seq!r})", none_ok=True, explain=explain, seconds=DEADLINE_S)
         if seq in _state(cache, len(ref.refs))[0]:
             raise Wrong(f"after {step}, your cache still has a table for {seq!r}: free removes it (pop it from "
                         "tables), or a second free of the same sequence would free its pages again.")
@@ -652,7 +658,8 @@ def _check_hits(prefix_hits):
     for prompts, size in _q3_cases():
         what = f"prefix_hits(<{len(prompts)} prompts>, {size})"
         copies = [list(p) for p in prompts]
-        got = as_number(what, call_answer(prefix_hits, copies, size, what=what, explain=_unhashable))
+        got = as_number(what, call_answer(prefix_hits, copies, size, what=what, explain=_unhashable,
+                                                      seconds=DEADLINE_S))
         if copies != [list(p) for p in prompts]:
             raise Wrong(f"{what} changed the prompts it was given; read them, do not modify them.")
         results.append(((prompts, size), got, _hits(prompts, size)))
@@ -817,7 +824,8 @@ def _check_report(slo_report):
         records, slo_ttft, slo_tpot, duration = case
         what = f"slo_report(<trace {index + 1}>, {slo_ttft}, {slo_tpot}, {duration})"
         copies = [dict(r, times=list(r["times"])) for r in records]
-        got = call_answer(slo_report, copies, slo_ttft, slo_tpot, duration, what=what, parts=names)
+        got = call_answer(slo_report, copies, slo_ttft, slo_tpot, duration, what=what, parts=names,
+                          seconds=DEADLINE_S)
         if not isinstance(got, (tuple, list)) or len(got) != 3:
             raise Wrong(f"{what} returned {describe(got)}; return three numbers: (p99 TTFT, p99 TPOT, goodput).")
         values = [as_number(f"{what}'s {name}", v) for name, v in zip(names, got)]
@@ -932,7 +940,8 @@ def _check_capacity(max_users, max_rate):
     for cache_bytes, name, context, dtype_bytes in Q5_CASES:
         config = dict(Q5_CONFIGS[name])
         what = f"max_users({cache_bytes:,}, <{name}>, {context}, {dtype_bytes})"
-        got = as_number(what, call_answer(max_users, cache_bytes, config, context, dtype_bytes, what=what))
+        got = as_number(what, call_answer(max_users, cache_bytes, config, context, dtype_bytes, what=what,
+                                              seconds=DEADLINE_S))
         results.append(((cache_bytes, name, context, dtype_bytes), got, _users(cache_bytes, Q5_CONFIGS[name],
                                                                                  context, dtype_bytes)))
     _judge(results, _q5_mistakes, lambda c: f"max_users({c[0]:,}, <{c[1]}>, {c[2]}, {c[3]})", "users",
@@ -940,8 +949,8 @@ def _check_capacity(max_users, max_rate):
     rates = []
     for users, latency in Q5_RATE_CASES:
         what = f"max_rate({users}, {latency})"
-        rates.append(((users, latency), as_number(what, call_answer(max_rate, users, latency, what=what)),
-                      users / latency))
+        rate = call_answer(max_rate, users, latency, what=what, seconds=DEADLINE_S)
+        rates.append(((users, latency), as_number(what, rate), users / latency))
     _judge(rates, lambda c: {
         "that is users × latency; Little's law is L = λ·W, so the rate is λ = L / W: users / latency.":
             c[0] * c[1],
