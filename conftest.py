@@ -46,6 +46,7 @@ os.environ["GPUCOURSE_DATA"] = str(Path(os.path.expanduser(os.environ["GPUCOURSE
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import test_order  # noqa: E402 - from tools/, on sys.path above
 from gpucourse import _kernelstart  # noqa: E402 - after sys.path and the environment above
 
 _kernelstart.install()
@@ -153,6 +154,8 @@ def pytest_collection_modifyitems(session, config, items):
         extra = CheckOutcomes.from_parent(parent, name="check-outcomes", notebook=Path(str(path)),
                                           expected=EXPECTED_OUTCOME[_checked_kind(path)])
         items.insert(i + 1, extra)
+    # The longest files first (tests/durations.json): the two workers then end together.
+    items[:] = test_order.longest_first(items, ROOT)
 
 
 _started: set = set()

@@ -172,3 +172,31 @@ def test_solution_pages_drop_the_generators_markdown_markers():
             "<!-- END SOLUTION -->")
     assert strip_markdown_markers(html) == "<p>the answer</p>\n"
     assert strip_markers("x = 1\n    ### BEGIN SOLUTION\ny = 2\n### STUB: y = ____\n### END SOLUTION") == "x = 1\ny = 2"
+
+
+def test_the_test_workers_take_the_longest_files_first(tmp_path):
+    """tools/test_order.py: files by decreasing seconds, a file's own order kept (a notebook's cells
+    run in order), a file it does not know between the known ones; refreshed from JUnit XML."""
+    import types
+
+    import test_order
+
+    def item(path, name):
+        return types.SimpleNamespace(path=ROOT / path, name=name)
+
+    items = [item("tests/a.py", "a1"), item("episodes/b.ipynb", "b1"), item("tests/a.py", "a2"),
+             item("episodes/b.ipynb", "b2"), item("tests/new.py", "n1"), item("tests/c.py", "c1")]
+    seconds = {"tests/a.py": 5.0, "episodes/b.ipynb": 40.0, "tests/c.py": 20.0, "tests/gone.py": 1.0}
+    ordered = [i.name for i in test_order.longest_first(items, ROOT, seconds)]
+    # tests/new.py is unknown: the median of the known figures (12.5 s) puts it between c and a.
+    assert ordered == ["b1", "b2", "c1", "n1", "a1", "a2"], ordered
+    unordered = [i.name for i in test_order.longest_first(items, ROOT, {})]
+    assert unordered == ["a1", "a2", "b1", "b2", "n1", "c1"], f"no figures: files as first collected, {unordered}"
+
+    xml = tmp_path / "run.xml"
+    xml.write_text('<testsuites><testsuite time="9"><testcase file="tests/a.py" name="x" time="1.5"/>'
+                   '<testcase file="tests/a.py" name="y" time="2"/><testcase file="episodes/b.ipynb" name="Cell 0" '
+                   'time="6.04"/></testsuite></testsuites>')
+    assert list(test_order.from_junit(xml).items()) == [("episodes/b.ipynb", 6.0), ("tests/a.py", 3.5)]
+    assert test_order.durations(tmp_path / "missing.json") == {}
+    assert test_order.durations()["episodes/09-more-than-one-gpu.ipynb"] > 0, "tests/durations.json is unreadable"
