@@ -32,7 +32,12 @@ QUICK  := GPUCOURSE_QUICK=1 GPUCOURSE_OFFLINE=1
 # their requirements, so an unchanged runtime is not installed again: .ci/run).
 COLAB_VENV  := .venv-colab-$(RUNTIME)
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
-NOTEBOOK_TESTS := -p no:cacheprovider -n 2 --dist loadfile --nbval-lax
+# Test workers for the unit tests and notebooks: three on two cores, because much of a test's time
+# is spent waiting (for a child process, a deadline, a kernel); three finished `make test`'s first
+# half in 582 s where two took 723 s on an idle 2-core machine. The browser tests keep two (Chromium
+# keeps both cores busy). WORKERS=1 runs them one after the other.
+WORKERS ?= 3
+NOTEBOOK_TESTS := -p no:cacheprovider -n $(WORKERS) --dist loadfile --nbval-lax
 # REPORT_DIR=folder: every pytest run writes its timings there as JUnit XML (.ci/report.py reads them).
 junit = $(if $(REPORT_DIR),--junitxml=$(REPORT_DIR)/$(1).xml -o junit_family=xunit1)
 # `make test` runs each notebook once: nbval stores its executions, outputs included, in the jupyter-cache
@@ -82,8 +87,8 @@ book: $(STAMP)
 browser: $(STAMP)
 	@$(PY) tools/ensure_browser.py
 
-# First the unit tests and every notebook (nbval, two workers), then the website built from those
-# executions and read in Chromium (two workers; the first builds, the other waits for it).
+# First the unit tests and every notebook (nbval, $(WORKERS) workers), then the website built from
+# those executions and read in Chromium (two workers; the first builds, the other waits for it).
 test: $(STAMP) browser
 	$(QUICK) $(PY) -m pytest $(NOTEBOOK_TESTS) --book-cache=$(BOOK_CACHE) $(call junit,test) \
 	    tests episodes solutions exercises --ignore=tests/test_book.py
@@ -123,7 +128,7 @@ test-cuda-build:
 	@test -n "$(CUDA_BUILD_PYTHON)" || { echo "make test-cuda-build needs Python $(CUDA_BUILD_PY_VERSION); set CUDA_BUILD_PYTHON=/path/to/python3.12 or 3.13"; exit 1; }
 	$(MAKE) install PYTHON=$(CUDA_BUILD_PYTHON) VENV=$(CUDA_VENV)
 	@$(CUDA_VENV)/bin/python -c "import torch, triton; assert torch.version.cuda, 'PyPI gave a CPU build of torch here (not Linux x86_64?)'; print('== torch', torch.__version__, '(CUDA', torch.version.cuda + ') with triton', triton.__version__)"
-	$(QUICK) $(CUDA_VENV)/bin/python -m pytest -p no:cacheprovider -n 2 --dist loadfile $(call junit,test-cuda-build) \
+	$(QUICK) $(CUDA_VENV)/bin/python -m pytest -p no:cacheprovider -n $(WORKERS) --dist loadfile $(call junit,test-cuda-build) \
 	    tests --ignore=tests/test_book.py
 
 # On a GPU machine without the network (no .venv can be made), the system Python is used;
