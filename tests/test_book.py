@@ -418,12 +418,22 @@ def _launch_problems(page, page_name: str) -> list[str]:
     return found
 
 
+# After a resize: the next frame, then every finite CSS transition or animation it started (the
+# theme slides its sidebars away; a screenshot taken at once caught them half-way), 5 s at most.
+_SETTLED_JS = """async () => {
+  await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+  const running = document.getAnimations().filter(a => a.effect?.getComputedTiming().endTime !== Infinity);
+  await Promise.race([Promise.all(running.map(a => a.finished.catch(() => null))),
+                      new Promise(done => setTimeout(done, 5000))]);
+}"""
+
+
 def _phone_problems(page, page_name: str) -> list[str]:
     """The page at a phone's width: the window narrowed to 390 px (the layout is CSS media queries,
     which a narrowed window applies as a phone's does), a screenshot, and back to the desktop."""
     width = WIDTHS["phone"]
     page.set_viewport_size({"width": width, "height": 900})
-    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    page.evaluate(_SETTLED_JS)
     page.evaluate("window.scrollTo(0, 0)")
     found = _width_problems(page, width)
     path = SHOTS / "phone" / f"{page_name.replace('/', '-')}.png"
