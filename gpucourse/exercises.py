@@ -166,6 +166,10 @@ def _unfinished(value, depth: int = 0) -> bool:
 #: wide margin and still tells a learner quickly that their loop never ends.
 DEADLINE_S = 60.0
 
+#: The deadline of a check whose every case is small (a closed formula, a few requests or pages):
+#: its right answers take microseconds, so a loop that never ends is named in seconds.
+SMALL_CASE_DEADLINE_S = 5.0
+
 #: How often the deadline fires again after it has passed, until the call has ended.
 _REFIRE_S = 0.25
 

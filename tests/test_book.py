@@ -450,7 +450,6 @@ def test_page_reads_well_in_a_browser(browser, server, page_name):
     opens a menu)."""
     page, problems = _open(browser, f"{server}/{page_name}.html", page_name.replace("/", "-"),
                            shot="desktop", wait_until="networkidle")
-    page.wait_for_load_state("networkidle")
     found = {"title": [] if page.title() else ["the page has no title"], "images": _image_problems(page)}
     if page_name in ALL_PAGES:
         found["formulas"] = _formula_problems(page, page_name)

@@ -92,7 +92,6 @@ class _Tests:
     """
 
     def __init__(self, source: str, flags: dict[str, bool] | None = None):
-        self.source = source
         self.flags = dict(KNOWN_FLAGS, **(flags or {}))
         # Split once: ast.get_source_segment splits the whole source again at every call, which
         # made one pass over the package take 90 s.

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import math
 
-from ..exercises import (Exercise, NotDone, Wrong, as_number, call_answer, describe, require_answer,
-                         require_function, solution_link)
+from ..exercises import (SMALL_CASE_DEADLINE_S, Exercise, NotDone, Wrong, as_number, call_answer, describe,
+                         require_answer, require_function, solution_link)
 
 NOTEBOOK = "13-sharding.ipynb"
 
 #: Seconds one call of the learner's function may take: the right answers take microseconds.
-DEADLINE_S = 5.0
+DEADLINE_S = SMALL_CASE_DEADLINE_S
 
 
 def _rows(rows: int, world: int, how: str = "chunk") -> list[int]:

@@ -21,17 +21,16 @@ import heapq
 import math
 from collections import OrderedDict
 
-from ..exercises import (Exercise, NotDone, Wrong, answer_deadline, as_number, call_answer, describe,
-                         mentions_blank, require_function, solution_link)
+from ..exercises import (SMALL_CASE_DEADLINE_S, Exercise, NotDone, Wrong, answer_deadline, as_number, call_answer,
+                         describe, mentions_blank, require_function, solution_link)
 from .diagnosis import best_fit
 from .ep10 import _judge
 
 NOTEBOOK = "15-serving.ipynb"
 
 #: Seconds one call of the learner's code may take (not the course's 60 s default): every case is a
-#: few requests or pages, so the right answers take microseconds and a loop that never ends is
-#: named in seconds.
-DEADLINE_S = 5.0
+#: few requests or pages.
+DEADLINE_S = SMALL_CASE_DEADLINE_S
 
 
 # --- q1: decode steps under continuous batching ---------------------------------------------------
